@@ -1,0 +1,75 @@
+// tessera: one binary, subcommands. This file only parses the command line and reports errors;
+// the work lives in the libraries (and bench_collectives.cc for the benchmark tables).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "apps/tessera/bench_collectives.h"
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "common/knobs.h"
+
+namespace {
+
+// CLI11 validator-free conversion of "64K"/"1MiB"/"4096" through the knob parser.
+size_t bytes_arg(const std::string& s) { return tessera::parse_bytes(s); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tessera: data- and spatially-parallel training of convolutional networks over MPI"};
+  app.require_subcommand(1);
+
+  tessera::app::BenchOptions bench;
+  std::string min_b = "8", max_b = "128M", dtype = "f32", op = "sum";
+  std::vector<std::string> algos;
+  CLI::App* bench_cmd = app.add_subcommand("bench", "benchmark a collective beside MPI's own");
+  bench_cmd->add_option("collective", bench.collective,
+                        "allreduce, allgather, broadcast, reduce-scatter or alltoall")
+      ->required()
+      ->check(CLI::IsMember({"allreduce", "allgather", "broadcast", "reduce-scatter", "alltoall"}));
+  bench_cmd->add_option("-b,--minbytes", min_b, "smallest size (bytes; K/M/G suffixes)");
+  bench_cmd->add_option("-e,--maxbytes", max_b, "largest size (bytes; K/M/G suffixes)");
+  bench_cmd->add_option("-f,--stepfactor", bench.factor, "size multiplier between rows");
+  bench_cmd->add_option("-n,--iters", bench.iterations, "timed calls per row")
+      ->check(CLI::Range(1, 1000000));
+  bench_cmd->add_option("-w,--warmup_iters", bench.warmup, "untimed calls per row")
+      ->check(CLI::Range(0, 1000000));
+  bench_cmd->add_option("--algo", algos,
+                        "allreduce algorithms: auto ring rhd dbtree multicolor hierarchical mpi, "
+                        "or all (mpi is always measured as the reference)");
+  bench_cmd->add_option("-d,--datatype", dtype, "f32 f64 f16 bf16 i32 i64 u8");
+  bench_cmd->add_option("-o,--op", op, "sum avg min max prod");
+  bench_cmd->add_option("--json", bench.json_path, "also write the rows as JSON to this file");
+  bench_cmd->add_flag("--calibrate", bench.calibrate,
+                      "allreduce: measure every algorithm and write the cost table for auto");
+  bench_cmd->add_option("--table", bench.table_path, "where --calibrate writes the cost table");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  int rc = 0;
+  try {
+    tessera::comm::init(&argc, &argv);
+    if (bench_cmd->parsed()) {
+      bench.min_bytes = bytes_arg(min_b);
+      bench.max_bytes = bytes_arg(max_b);
+      bench.dtype = tessera::parse_dtype(dtype);
+      bench.op = tessera::parse_reduce_op(op);
+      if (!algos.empty()) bench.algorithms = algos;
+      rc = tessera::app::run_bench(bench);
+    }
+  } catch (const tessera::Error& e) {
+    std::fprintf(stderr, "tessera: error: %s\n", e.what());
+    rc = 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tessera: unexpected error: %s\n", e.what());
+    rc = 3;
+  }
+  tessera::comm::finalize();
+  return rc;
+}

@@ -1,0 +1,75 @@
+// tessera's collectives on raw buffers. All are blocking for the caller, collective over the
+// communicator (every rank calls the same collective with matching arguments, in the same
+// order), and bounded by TESSERA_TIMEOUT: a peer that never shows up is a TimeoutError naming
+// it, not a hang. In place: pass the same pointer for input and output (allgather: the input
+// at the rank's block of the output).
+//
+// Bad arguments (a null buffer with a non-zero count, a byte size that overflows, average on
+// an integer dtype, a root out of range, an algorithm that cannot run here) throw
+// tessera::InvalidArgument before anything is sent.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "comm/algorithm.h"
+#include "comm/communicator.h"
+#include "comm/selector.h"
+#include "common/dtype.h"
+
+namespace tessera {
+namespace comm {
+
+struct AllreduceOptions {
+  ReduceOp op = ReduceOp::kSum;
+  // kAuto: TESSERA_ALLREDUCE's range for the size if one holds it, else the cost table.
+  Algorithm algorithm = Algorithm::kAuto;
+  // 0: TESSERA_SEGMENT_BYTES. Tests set it small to reach the multi-segment paths.
+  size_t segment_bytes = 0;
+  // 0: TESSERA_COLORS.
+  int colors = 0;
+  // 0: TESSERA_SHM_BYTES.
+  size_t shm_bytes = 0;
+};
+
+// recv[i] = op over ranks of send[i], i < count, on every rank.
+void allreduce(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype,
+               const AllreduceOptions& options = {});
+
+// The algorithm allreduce() runs for `bytes` on `comm` when asked for `requested`.
+Algorithm choose_allreduce(const Communicator& comm, size_t bytes, Algorithm requested);
+
+// recv (size * count elements) = every rank's send (count elements), in rank order.
+void allgather(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype);
+// Like allgather with counts[r] elements from rank r; recv holds their sum.
+void allgatherv(Communicator& comm, const void* send, void* recv,
+                const std::vector<size_t>& counts, DataType dtype);
+// buf on every rank = buf on root.
+void broadcast(Communicator& comm, void* buf, size_t count, DataType dtype, int root);
+// recv (block elements) on rank r = op over ranks of block r of send (size * block elements).
+void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t block,
+                    DataType dtype, ReduceOp op, size_t segment_bytes = 0);
+// Block j of send (block elements each) goes to rank j, landing in block r of its recv.
+void alltoall(Communicator& comm, const void* send, void* recv, size_t block, DataType dtype);
+// send_counts[j] elements go to rank j; recv_counts[j] come from rank j; blocks are packed in
+// rank order. Counts must agree pairwise across ranks.
+void alltoallv(Communicator& comm, const void* send, const std::vector<size_t>& send_counts,
+               void* recv, const std::vector<size_t>& recv_counts, DataType dtype);
+void barrier(Communicator& comm);
+
+// MPI's own blocking collectives, the reference that `tessera bench` prints beside ours.
+namespace mpi_reference {
+void allgather(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype);
+void broadcast(Communicator& comm, void* buf, size_t count, DataType dtype, int root);
+void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t block,
+                    DataType dtype, ReduceOp op);
+void alltoall(Communicator& comm, const void* send, void* recv, size_t block, DataType dtype);
+}  // namespace mpi_reference
+
+// The process's cost table and override, identical on every rank (set by init).
+const CostTable& cost_table();
+void set_cost_table(const CostTable& table);
+const std::vector<SizeRange>& allreduce_override();
+
+}  // namespace comm
+}  // namespace tessera

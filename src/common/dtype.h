@@ -1,0 +1,45 @@
+// Element types and reduction operations shared by every layer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tessera {
+
+enum class DataType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8 };
+
+enum class ReduceOp { kSum, kAverage, kMin, kMax, kProduct };
+
+// Bytes per element.
+size_t dtype_size(DataType dtype);
+// Lower-case names as on the CLI: f32 f64 f16 bf16 i32 i64 u8.
+const char* dtype_name(DataType dtype);
+// Parses a CLI name (also accepts float, double, half, bfloat16, int32, int64, uint8).
+// Throws InvalidArgument listing the accepted names.
+DataType parse_dtype(const std::string& name);
+bool is_floating(DataType dtype);
+
+// Lower-case names: sum avg min max prod.
+const char* reduce_op_name(ReduceOp op);
+ReduceOp parse_reduce_op(const std::string& name);
+
+// Throws InvalidArgument when op is not defined for dtype (average on integer types).
+void check_op_supported(DataType dtype, ReduceOp op);
+
+// count * dtype_size(dtype), throwing InvalidArgument when that overflows size_t.
+size_t checked_bytes(size_t count, DataType dtype);
+
+// Element `index` of a buffer of `dtype`, widened to double (f16 and bf16 decoded exactly).
+double load_as_double(DataType dtype, const void* base, size_t index);
+// Stores `value` as element `index`: floats round to nearest, integers wrap modulo 2^bits
+// (the value goes through int64 first), as C++ unsigned arithmetic does.
+void store_from_double(DataType dtype, void* base, size_t index, double value);
+
+// Scalar conversions, round to nearest even.
+float f16_to_float(uint16_t h);
+uint16_t float_to_f16(float f);
+float bf16_to_float(uint16_t h);
+uint16_t float_to_bf16(float f);
+
+}  // namespace tessera

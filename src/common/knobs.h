@@ -1,0 +1,61 @@
+// The knob registry: every TESSERA_* environment variable is declared here, once, with its
+// default and meaning, and parsed once (at tessera::comm::init) into a Knobs value. Nothing
+// else in tessera reads the environment. docs/knobs.md lists the same table; a test keeps the
+// two in step.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/logging.h"
+
+namespace tessera {
+
+struct Knobs {
+  // Log lines below this level are dropped. TESSERA_LOG_LEVEL.
+  LogLevel log_level = LogLevel::kWarning;
+  // Seconds any blocking wait in tessera may take before it throws TimeoutError.
+  double timeout_s = 300.0;
+  // Groups consecutive ranks into pretend nodes of this size (0: the real node split).
+  int ranks_per_node = 0;
+  // Allreduce algorithm override by size range, e.g. "dbtree:0-65536;ring:65537-max";
+  // empty means auto everywhere. Parsed by comm::parse_override.
+  std::string allreduce;
+  // Number of colors (concurrent trees) of the multicolor algorithm.
+  int colors = 4;
+  // Pipelining unit of the point-to-point algorithms, in bytes.
+  size_t segment_bytes = size_t{256} << 10;
+  // Bytes per rank staged through node-local shared memory at a time (hierarchical).
+  size_t shm_bytes = size_t{1} << 20;
+  // Path of the cost table written by `tessera bench allreduce --calibrate` (empty: built in).
+  std::string cost_table;
+};
+
+struct KnobInfo {
+  const char* name;
+  const char* default_value;
+  const char* accepted;
+  const char* meaning;
+};
+
+// Every knob, in the order docs/knobs.md lists them.
+const std::vector<KnobInfo>& knob_table();
+
+// Parses the knobs from `lookup` (getenv or a test's map; nullptr means unset). Throws
+// InvalidArgument naming the knob, quoting the bad value and saying what is accepted.
+Knobs parse_knobs(const std::function<const char*(const char*)>& lookup);
+
+// The process's knobs: defaults until load_knobs_from_environment() or set_knobs() runs.
+const Knobs& knobs();
+void set_knobs(const Knobs& knobs);
+// The TESSERA_* variables set in this process's environment, by name. Read once, by
+// tessera::comm::init on rank 0, which shares them so that every rank parses the same values.
+std::vector<std::pair<std::string, std::string>> knob_values_from_environment();
+
+// Parses a byte size: "4096", "64K", "64KiB", "1M", "1MiB", "2G", "2GiB" (powers of 1024).
+// Throws InvalidArgument quoting the text.
+size_t parse_bytes(const std::string& text);
+
+}  // namespace tessera
