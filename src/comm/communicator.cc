@@ -264,9 +264,12 @@ void* Communicator::scratch(int slot, size_t bytes) {
 
 ShmArena& Communicator::shm_arena(size_t bytes_per_rank) {
   TESSERA_ASSERT(state_->local != nullptr, "shm_arena needs a communicator with nodes");
-  if (!state_->arena || state_->arena->bytes_per_rank() != bytes_per_rank) {
+  // Grow only: a smaller request reuses the arena (every rank asks for the same sizes in the
+  // same order, so every rank grows at the same call).
+  if (!state_->arena || state_->arena->bytes_per_rank() < bytes_per_rank) {
     state_->arena.reset();
-    state_->arena = std::make_unique<ShmArena>(*state_->local, bytes_per_rank);
+    state_->arena =
+        std::make_unique<ShmArena>(*state_->local, bytes_per_rank, knobs().timeout_s);
   }
   return *state_->arena;
 }

@@ -65,8 +65,9 @@ class Communicator {
   // `bytes` and kept for later calls, so collectives do not page-fault fresh memory every call.
   void* scratch(int slot, size_t bytes);
 
-  // Node-local shared memory arena for the hierarchical algorithm, created on first use
-  // (collective over local()).
+  // Node-local shared memory arena for the hierarchical algorithm with at least
+  // `bytes_per_rank` per buffer, created (or grown) on first use: collective over local(),
+  // guarded by a barrier with a deadline.
   ShmArena& shm_arena(size_t bytes_per_rank);
 
   // Describes the communicator for messages: "comm(size 4, node 0/2, local 1/2)".

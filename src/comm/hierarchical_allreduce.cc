@@ -6,8 +6,8 @@
 // shm_bytes; per piece, with L ranks on the node, local rank l:
 //   1. copy in:   write our contribution to the chunks the other local ranks own into our
 //                 shared buffer (chunk_range of the piece over L), and arrive;
-//   2. reduce:    wait for all; combine chunk l from every rank's buffer (our own from our
-//                 private input), in local-rank order, into the output;
+//   2. reduce:    wait for all; combine chunk l of our private input with chunk l of every
+//                 other rank's buffer, in local-rank order, into the output;
 //   3. cross:     allreduce chunk l across nodes with the cross-node algorithm (several nodes
 //                 only); divide for average;
 //   4. publish:   copy the finished chunk l into our shared buffer, and arrive;
@@ -59,8 +59,8 @@ void hierarchical_allreduce(Communicator& comm, const AllreduceArgs& a) {
   const int l_size = local->size();
   const int l_rank = local->rank();
   const size_t esize = dtype_size(a.dtype);
-  ShmArena& arena = comm.shm_arena(std::max(a.shm_bytes, kSmallBytes));
-  const size_t piece = std::max<size_t>(1, arena.bytes_per_rank() / esize);
+  ShmArena& arena = comm.shm_arena(a.shm_bytes);
+  const size_t piece = std::max<size_t>(1, a.shm_bytes / esize);
   const char* src = static_cast<const char*>(a.send);
   char* dst = static_cast<char*>(a.recv);
   const int world = a.average_over > 0 ? a.average_over : comm.size();
@@ -98,18 +98,19 @@ void hierarchical_allreduce(Communicator& comm, const AllreduceArgs& a) {
     }
     arena.arrive();
     arena.wait_all(a.timeout_s, "hierarchical allreduce (reduce-scatter)");
-    // 2. reduce our chunk, in local-rank order
+    // 2. reduce our chunk: our own contribution first (in place it lives where the sum goes),
+    // then the others' in local-rank order; a fixed order, so runs repeat bit for bit.
     const Range own = chunk_range(count, l_size, l_rank);
-    auto contribution = [&](int q) -> const char* {
-      return (q == l_rank ? in : arena.buffer(q, parity)) + own.begin * esize;
-    };
     char* acc = out + own.begin * esize;
-    if (l_size == 1) {
-      if (acc != contribution(0)) std::memcpy(acc, contribution(0), own.size() * esize);
-    } else {
-      reduce(a.dtype, a.op, contribution(0), contribution(1), acc, own.size());
-      for (int q = 2; q < l_size; ++q) reduce(a.dtype, a.op, acc, contribution(q), acc, own.size());
+    const char* own_in = in + own.begin * esize;
+    bool first = true;
+    for (int q = 0; q < l_size; ++q) {
+      if (q == l_rank) continue;
+      reduce(a.dtype, a.op, first ? own_in : acc, arena.buffer(q, parity) + own.begin * esize,
+             acc, own.size());
+      first = false;
     }
+    if (first && acc != own_in) std::memcpy(acc, own_in, own.size() * esize);
     // 3. across nodes
     cross_allreduce(comm, a, acc, own.size());
     finish_average(whole, world, acc, own.size());

@@ -6,6 +6,8 @@
 #include <new>
 
 #include "comm/mpi_internal.h"
+#include "comm/p2p.h"
+#include "common/logging.h"
 
 namespace tessera {
 namespace comm {
@@ -21,9 +23,18 @@ inline void cpu_relax() {
 
 }  // namespace
 
-ShmArena::ShmArena(Communicator& local, size_t bytes_per_rank)
+ShmArena::ShmArena(Communicator& local, size_t bytes_per_rank, double timeout_s)
     : local_(local), bytes_per_rank_(bytes_per_rank) {
   const int n = local.size();
+  // MPI_Win_allocate_shared is a collective without a deadline: meet first in a barrier that
+  // has one, so a missing rank is a TimeoutError here instead of a hang inside MPI.
+  {
+    Requests reqs(local, "creating the node-local shared memory window", timeout_s);
+    MPI_Request r = MPI_REQUEST_NULL;
+    TESSERA_MPI_CHECK(MPI_Ibarrier(mpi_comm(local), &r));
+    reqs.add(r, 0);
+    reqs.wait_all();
+  }
   const MPI_Aint mine = static_cast<MPI_Aint>(kControlBytes + 2 * bytes_per_rank);
   MPI_Info info = MPI_INFO_NULL;
   TESSERA_MPI_CHECK(MPI_Info_create(&info));
@@ -58,9 +69,18 @@ ShmArena::~ShmArena() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) {
-    // No rank may unmap while a peer still reads its last step.
-    MPI_Barrier(mpi_comm(local_));
-    MPI_Win_free(static_cast<MPI_Win*>(window_));
+    // No rank may unmap while a peer still reads its last step: meet first, with a deadline.
+    // If a peer never comes (it died), leak the window rather than hang in MPI_Win_free.
+    try {
+      Requests reqs(local_, "freeing the node-local shared memory window", 30.0);
+      MPI_Request r = MPI_REQUEST_NULL;
+      TESSERA_MPI_CHECK(MPI_Ibarrier(mpi_comm(local_), &r));
+      reqs.add(r, 0);
+      reqs.wait_all();
+      MPI_Win_free(static_cast<MPI_Win*>(window_));
+    } catch (const std::exception& e) {
+      TESSERA_LOG(kWarning, "shared memory window not freed: ", e.what());
+    }
   }
   delete static_cast<MPI_Win*>(window_);
 }

@@ -23,8 +23,9 @@ class Communicator;
 
 class ShmArena {
  public:
-  // Collective over `local`, whose ranks must share memory.
-  ShmArena(Communicator& local, size_t bytes_per_rank);
+  // Collective over `local`, whose ranks must share memory. Throws TimeoutError if a rank
+  // does not join within timeout_s.
+  ShmArena(Communicator& local, size_t bytes_per_rank, double timeout_s);
   ~ShmArena();
   ShmArena(const ShmArena&) = delete;
   ShmArena& operator=(const ShmArena&) = delete;

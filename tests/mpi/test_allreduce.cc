@@ -1,0 +1,248 @@
+// Every allreduce algorithm x dtype x op x count against closed-form expected values, in place
+// and out of place, at whatever rank count mpirun gave us (CTest runs 1, 2, 3, 4, 5 and 8, and
+// pretend-node splits through TESSERA_RANKS_PER_NODE).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "common/knobs.h"
+
+namespace tessera {
+namespace comm {
+namespace {
+
+const std::vector<DataType> kDtypes = {DataType::kFloat32, DataType::kFloat64,
+                                       DataType::kFloat16, DataType::kBFloat16,
+                                       DataType::kInt32,   DataType::kInt64,
+                                       DataType::kUInt8};
+const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
+                                    ReduceOp::kMax, ReduceOp::kProduct};
+const std::vector<size_t> kCounts = {0, 1, 7, 1023, 65537, (size_t{1} << 20) + 3};
+
+// Rank r's element i for op. Small integers: sums over 8 ranks stay below 256 (u8) and are
+// exact in bf16; products stay below 16.
+double value(ReduceOp op, int r, size_t i) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: return (r + 1) * static_cast<double>(i % 7 + 1);
+    case ReduceOp::kMin:
+    case ReduceOp::kMax: return static_cast<double>((r * 3 + i) % 11);
+    case ReduceOp::kProduct: return (i + static_cast<size_t>(r)) % 3 == 0 ? 2 : 1;
+  }
+  return 0;
+}
+
+// Closed forms over n ranks.
+double expected(ReduceOp op, int n, size_t i) {
+  const double k = static_cast<double>(i % 7 + 1);
+  switch (op) {
+    case ReduceOp::kSum: return k * n * (n + 1) / 2;
+    case ReduceOp::kAverage: return k * (n + 1) / 2.0;
+    case ReduceOp::kMin:
+    case ReduceOp::kMax: {
+      // (3r + i) mod 11 over r < n: the values {(i + 3r) mod 11}; n <= 11 distinct ones.
+      double best = op == ReduceOp::kMin ? 1e9 : -1e9;
+      for (int r = 0; r < n; ++r) {
+        const double v = static_cast<double>((r * 3 + i) % 11);
+        best = op == ReduceOp::kMin ? std::min(best, v) : std::max(best, v);
+      }
+      return best;
+    }
+    case ReduceOp::kProduct: {
+      // 2 to the number of ranks r < n with (i + r) % 3 == 0.
+      int twos = 0;
+      for (int r = 0; r < n; ++r) twos += (i + static_cast<size_t>(r)) % 3 == 0;
+      return std::ldexp(1.0, twos);
+    }
+  }
+  return 0;
+}
+
+struct Buf {
+  DataType dtype;
+  std::vector<char> bytes;
+  Buf(DataType d, size_t count) : dtype(d), bytes(std::max<size_t>(1, count * dtype_size(d))) {}
+  void* data() { return bytes.data(); }
+  double at(size_t i) const { return load_as_double(dtype, bytes.data(), i); }
+  void set(size_t i, double v) { store_from_double(dtype, bytes.data(), i, v); }
+};
+
+// Number of wrong elements; reports the first one.
+size_t check(const Buf& out, size_t count, ReduceOp op, int n, const std::string& what) {
+  const bool half = out.dtype == DataType::kFloat16 || out.dtype == DataType::kBFloat16;
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    Buf one(out.dtype, 1);
+    one.set(0, expected(op, n, i));  // the expected value as the dtype holds it
+    const double want = one.at(0);
+    const double got = out.at(i);
+    const double tol = half ? 1e-2 * std::fabs(want) : 0.0;
+    if (!(std::fabs(got - want) <= tol)) {
+      if (wrong == 0) {
+        ADD_FAILURE() << what << ": element " << i << " is " << got << ", expected " << want;
+      }
+      ++wrong;
+    }
+  }
+  return wrong;
+}
+
+class AllreduceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { world_ = Communicator::world().release(); }
+  static void TearDownTestSuite() {
+    delete world_;
+    world_ = nullptr;
+  }
+  static Communicator* world_;
+};
+Communicator* AllreduceTest::world_ = nullptr;
+
+void run_matrix(Communicator& comm, Algorithm algorithm) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  for (size_t count : kCounts) {
+    AllreduceOptions opts;
+    opts.algorithm = algorithm;
+    // Small segments and shared-memory pieces below 1 MiB reach the multi-segment and
+    // multi-piece paths; the largest count runs with the defaults.
+    if (count < (size_t{1} << 20)) {
+      opts.segment_bytes = 1024;
+      opts.shm_bytes = 16 << 10;
+    }
+    for (DataType dt : kDtypes) {
+      for (ReduceOp op : kOps) {
+        if (op == ReduceOp::kAverage && !is_floating(dt)) continue;
+        opts.op = op;
+        Buf in(dt, count), out(dt, count);
+        for (size_t i = 0; i < count; ++i) in.set(i, value(op, r, i));
+        const std::string what = std::string(algorithm_name(algorithm)) + " " + dtype_name(dt) +
+                                 " " + reduce_op_name(op) + " count " + std::to_string(count) +
+                                 " ranks " + std::to_string(n);
+        allreduce(comm, in.data(), out.data(), count, dt, opts);
+        EXPECT_EQ(check(out, count, op, n, what + " out of place"), 0u);
+        // The input is untouched out of place.
+        for (size_t i = 0; i < std::min<size_t>(count, 64); ++i) {
+          Buf one(dt, 1);
+          one.set(0, value(op, r, i));
+          ASSERT_EQ(in.at(i), one.at(0)) << what << ": input changed at " << i;
+        }
+        // In place, on the largest count only for f32 (it is the same code path).
+        if (count < (size_t{1} << 20) || dt == DataType::kFloat32) {
+          allreduce(comm, in.data(), in.data(), count, dt, opts);
+          EXPECT_EQ(check(in, count, op, n, what + " in place"), 0u);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(AllreduceTest, Ring) { run_matrix(*world_, Algorithm::kRing); }
+TEST_F(AllreduceTest, Rhd) { run_matrix(*world_, Algorithm::kRhd); }
+TEST_F(AllreduceTest, Dbtree) { run_matrix(*world_, Algorithm::kDbtree); }
+TEST_F(AllreduceTest, Multicolor) { run_matrix(*world_, Algorithm::kMulticolor); }
+TEST_F(AllreduceTest, Mpi) { run_matrix(*world_, Algorithm::kMpi); }
+TEST_F(AllreduceTest, Auto) { run_matrix(*world_, Algorithm::kAuto); }
+TEST_F(AllreduceTest, Hierarchical) {
+  if (!world_->uniform_nodes()) {
+    // Unequal nodes: refused with a message that says so, on every rank, before any message.
+    float x = 1;
+    AllreduceOptions opts;
+    opts.algorithm = Algorithm::kHierarchical;
+    EXPECT_THROW(allreduce(*world_, &x, &x, 1, DataType::kFloat32, opts), InvalidArgument);
+    return;
+  }
+  run_matrix(*world_, Algorithm::kHierarchical);
+}
+
+TEST_F(AllreduceTest, MulticolorWithEveryColorCount) {
+  for (int colors = 1; colors <= 6; ++colors) {
+    AllreduceOptions opts;
+    opts.algorithm = Algorithm::kMulticolor;
+    opts.colors = colors;
+    opts.segment_bytes = 1024;
+    const size_t count = 10007;
+    Buf in(DataType::kFloat32, count), out(DataType::kFloat32, count);
+    for (size_t i = 0; i < count; ++i) in.set(i, value(ReduceOp::kSum, world_->rank(), i));
+    allreduce(*world_, in.data(), out.data(), count, DataType::kFloat32, opts);
+    EXPECT_EQ(check(out, count, ReduceOp::kSum, world_->size(),
+                    "multicolor colors " + std::to_string(colors)),
+              0u);
+  }
+}
+
+// Non-integer inputs whose sum depends on the order of additions: every rank must still end
+// with the same bits, and the same run twice must give the same bits.
+TEST_F(AllreduceTest, EveryRankHoldsTheSameBitsAndRunsRepeat) {
+  const size_t count = 300001;
+  for (Algorithm a : all_algorithms()) {
+    if (!world_->uniform_nodes() && a == Algorithm::kHierarchical) continue;
+    std::vector<float> in(count), out1(count), out2(count);
+    for (size_t i = 0; i < count; ++i) {
+      in[i] = std::sin(static_cast<float>(i) * 0.37f + static_cast<float>(world_->rank())) * 1e3f;
+    }
+    AllreduceOptions opts;
+    opts.algorithm = a;
+    opts.segment_bytes = 8192;
+    allreduce(*world_, in.data(), out1.data(), count, DataType::kFloat32, opts);
+    allreduce(*world_, in.data(), out2.data(), count, DataType::kFloat32, opts);
+    EXPECT_EQ(std::memcmp(out1.data(), out2.data(), count * 4), 0) << algorithm_name(a);
+    // Gather every rank's result and compare bits with rank 0's.
+    std::vector<float> all(count * static_cast<size_t>(world_->size()));
+    allgather(*world_, out1.data(), all.data(), count, DataType::kFloat32);
+    for (int q = 1; q < world_->size(); ++q) {
+      EXPECT_EQ(std::memcmp(all.data(), all.data() + count * static_cast<size_t>(q), count * 4), 0)
+          << algorithm_name(a) << ": rank " << q << " differs from rank 0";
+    }
+  }
+}
+
+TEST_F(AllreduceTest, BadArgumentsAreRefusedBeforeAnyMessage) {
+  float x = 0;
+  EXPECT_THROW(allreduce(*world_, nullptr, &x, 1, DataType::kFloat32), InvalidArgument);
+  EXPECT_THROW(allreduce(*world_, &x, nullptr, 1, DataType::kFloat32), InvalidArgument);
+  int32_t i = 0;
+  AllreduceOptions avg;
+  avg.op = ReduceOp::kAverage;
+  try {
+    allreduce(*world_, &i, &i, 1, DataType::kInt32, avg);
+    ADD_FAILURE() << "average on i32 was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("average is not defined on integer dtype i32"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(allreduce(*world_, &x, &x, ~size_t{0} / 2, DataType::kFloat32), InvalidArgument);
+  // Null buffers with count 0 are fine, and do nothing.
+  allreduce(*world_, nullptr, nullptr, 0, DataType::kFloat32);
+}
+
+TEST_F(AllreduceTest, OverrideKnobPicksTheAlgorithmBySize) {
+  Knobs saved = knobs();
+  Knobs k = saved;
+  k.allreduce = "rhd:0-1023;ring:1024-max";
+  set_knobs(k);
+  EXPECT_EQ(choose_allreduce(*world_, 8, Algorithm::kAuto), Algorithm::kRhd);
+  EXPECT_EQ(choose_allreduce(*world_, 1024, Algorithm::kAuto), Algorithm::kRing);
+  // An explicit request beats the knob.
+  EXPECT_EQ(choose_allreduce(*world_, 8, Algorithm::kMpi), Algorithm::kMpi);
+  k.allreduce = "ring:0-10;bogus:11-max";
+  set_knobs(k);
+  try {
+    choose_allreduce(*world_, 8, Algorithm::kAuto);
+    ADD_FAILURE() << "a malformed TESSERA_ALLREDUCE was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'bogus:11-max'"), std::string::npos) << e.what();
+  }
+  set_knobs(saved);
+}
+
+}  // namespace
+}  // namespace comm
+}  // namespace tessera

@@ -1,0 +1,287 @@
+// allgather(v), broadcast, reduce-scatter, alltoall(v), barrier; the Communicator's node
+// structure, split and dup; and deadlines: a rank that never joins is named, nothing hangs.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "common/knobs.h"
+
+namespace tessera {
+namespace comm {
+namespace {
+
+const std::vector<DataType> kDtypes = {DataType::kFloat32, DataType::kFloat64,
+                                       DataType::kFloat16, DataType::kBFloat16,
+                                       DataType::kInt32,   DataType::kInt64,
+                                       DataType::kUInt8};
+const std::vector<size_t> kCounts = {0, 1, 7, 1023, 65537};
+
+struct Buf {
+  DataType dtype;
+  std::vector<char> bytes;
+  Buf(DataType d, size_t count) : dtype(d), bytes(std::max<size_t>(1, count * dtype_size(d))) {}
+  char* data() { return bytes.data(); }
+  double at(size_t i) const { return load_as_double(dtype, bytes.data(), i); }
+  void set(size_t i, double v) { store_from_double(dtype, bytes.data(), i, v); }
+};
+
+// A value that identifies (rank, index) and is exact in every dtype (< 256).
+double tag(int r, size_t i) { return static_cast<double>((r * 37 + i * 11) % 251); }
+
+class CollectivesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { world_ = Communicator::world().release(); }
+  static void TearDownTestSuite() {
+    delete world_;
+    world_ = nullptr;
+  }
+  static Communicator* world_;
+};
+Communicator* CollectivesTest::world_ = nullptr;
+
+TEST_F(CollectivesTest, AllgatherInAndOutOfPlace) {
+  const int n = world_->size(), r = world_->rank();
+  for (DataType dt : kDtypes) {
+    for (size_t count : kCounts) {
+      Buf in(dt, count), out(dt, count * n);
+      for (size_t i = 0; i < count; ++i) in.set(i, tag(r, i));
+      allgather(*world_, in.data(), out.data(), count, dt);
+      for (int q = 0; q < n; ++q) {
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(out.at(q * count + i), tag(q, i)) << dtype_name(dt) << " count " << count;
+        }
+      }
+      Buf inplace(dt, count * n);
+      for (size_t i = 0; i < count; ++i) inplace.set(r * count + i, tag(r, i));
+      allgather(*world_, inplace.data() + r * count * dtype_size(dt), inplace.data(), count, dt);
+      EXPECT_EQ(std::memcmp(inplace.data(), out.data(), count * n * dtype_size(dt)), 0);
+    }
+  }
+}
+
+TEST_F(CollectivesTest, AllgathervWithUnequalCounts) {
+  const int n = world_->size(), r = world_->rank();
+  std::vector<size_t> counts(n);
+  size_t total = 0;
+  for (int q = 0; q < n; ++q) total += counts[q] = static_cast<size_t>(q * 3 % 5);  // zeros too
+  for (DataType dt : kDtypes) {
+    Buf in(dt, counts[r]), out(dt, total);
+    for (size_t i = 0; i < counts[r]; ++i) in.set(i, tag(r, i));
+    allgatherv(*world_, in.data(), out.data(), counts, dt);
+    size_t at = 0;
+    for (int q = 0; q < n; ++q) {
+      for (size_t i = 0; i < counts[q]; ++i) ASSERT_EQ(out.at(at++), tag(q, i)) << dtype_name(dt);
+    }
+  }
+}
+
+TEST_F(CollectivesTest, BroadcastFromEveryRoot) {
+  const int n = world_->size(), r = world_->rank();
+  for (DataType dt : kDtypes) {
+    for (size_t count : kCounts) {
+      for (int root = 0; root < n; ++root) {
+        Buf b(dt, count);
+        for (size_t i = 0; i < count; ++i) b.set(i, r == root ? tag(root, i) : 0);
+        broadcast(*world_, b.data(), count, dt, root);
+        for (size_t i = 0; i < count; ++i) ASSERT_EQ(b.at(i), tag(root, i)) << dtype_name(dt);
+      }
+    }
+  }
+  float x = 0;
+  EXPECT_THROW(broadcast(*world_, &x, 1, DataType::kFloat32, n), InvalidArgument);
+}
+
+TEST_F(CollectivesTest, ReduceScatterEveryOp) {
+  const int n = world_->size(), r = world_->rank();
+  for (DataType dt : kDtypes) {
+    for (size_t block : kCounts) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax}) {
+        if (op == ReduceOp::kAverage && !is_floating(dt)) continue;
+        Buf in(dt, block * n), out(dt, block);
+        // Element j of rank q: (q + 1) * (j % 7 + 1); sums stay below 256 for n <= 8.
+        for (size_t j = 0; j < block * n; ++j) in.set(j, (r + 1) * static_cast<double>(j % 7 + 1));
+        reduce_scatter(*world_, in.data(), out.data(), block, dt, op, 512);
+        for (size_t i = 0; i < block; ++i) {
+          const double k = static_cast<double>((r * block + i) % 7 + 1);
+          double want = 0;
+          switch (op) {
+            case ReduceOp::kSum: want = k * n * (n + 1) / 2; break;
+            case ReduceOp::kAverage: want = k * (n + 1) / 2.0; break;
+            case ReduceOp::kMin: want = k; break;
+            case ReduceOp::kMax: want = k * n; break;
+            default: break;
+          }
+          Buf one(dt, 1);
+          one.set(0, want);
+          const double tol = dtype_size(dt) == 2 ? 1e-2 * std::fabs(one.at(0)) : 0;
+          ASSERT_NEAR(out.at(i), one.at(0), tol)
+              << dtype_name(dt) << " " << reduce_op_name(op) << " block " << block << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CollectivesTest, AlltoallAndAlltoallv) {
+  const int n = world_->size(), r = world_->rank();
+  for (DataType dt : kDtypes) {
+    for (size_t block : kCounts) {
+      Buf in(dt, block * n), out(dt, block * n);
+      // Block j of rank r carries tag(r * n + j, i): rank j must find it in its block r.
+      for (int j = 0; j < n; ++j) {
+        for (size_t i = 0; i < block; ++i) in.set(j * block + i, tag(r * n + j, i));
+      }
+      alltoall(*world_, in.data(), out.data(), block, dt);
+      for (int q = 0; q < n; ++q) {
+        for (size_t i = 0; i < block; ++i) {
+          ASSERT_EQ(out.at(q * block + i), tag(q * n + r, i)) << dtype_name(dt);
+        }
+      }
+    }
+    // alltoallv: rank r sends (r + j) % 3 elements to rank j.
+    std::vector<size_t> sc(n), rc(n);
+    size_t st = 0, rt = 0;
+    for (int j = 0; j < n; ++j) {
+      st += sc[j] = static_cast<size_t>((r + j) % 3);
+      rt += rc[j] = static_cast<size_t>((j + r) % 3);
+    }
+    Buf in(dt, st), out(dt, rt);
+    size_t at = 0;
+    for (int j = 0; j < n; ++j) {
+      for (size_t i = 0; i < sc[j]; ++i) in.set(at++, tag(r * n + j, i));
+    }
+    alltoallv(*world_, in.data(), sc, out.data(), rc, dt);
+    at = 0;
+    for (int q = 0; q < n; ++q) {
+      for (size_t i = 0; i < rc[q]; ++i) ASSERT_EQ(out.at(at++), tag(q * n + r, i));
+    }
+  }
+}
+
+TEST_F(CollectivesTest, NodeStructure) {
+  const int n = world_->size();
+  const int per_node = knobs().ranks_per_node;
+  ASSERT_NE(world_->local(), nullptr);
+  ASSERT_NE(world_->cross(), nullptr);
+  if (per_node > 0) {
+    // All ranks of a test run share one machine: pretend nodes are consecutive groups.
+    EXPECT_EQ(world_->node_index(), world_->rank() / per_node);
+    EXPECT_EQ(world_->local_rank(), world_->rank() % per_node);
+    EXPECT_EQ(world_->num_nodes(), (n + per_node - 1) / per_node);
+    EXPECT_EQ(world_->uniform_nodes(), n % per_node == 0);
+  } else {
+    EXPECT_EQ(world_->num_nodes(), 1);
+    EXPECT_EQ(world_->local_size(), n);
+  }
+  EXPECT_EQ(world_->cross()->rank(), world_->node_index());
+  // The local communicator holds exactly the ranks of our node, in order.
+  std::vector<int> node_of(n);
+  int mine = world_->node_index();
+  allgather(*world_, &mine, node_of.data(), 1, DataType::kInt32);
+  int expected_local = 0;
+  for (int q = 0; q < world_->rank(); ++q) expected_local += node_of[q] == mine;
+  EXPECT_EQ(world_->local()->rank(), expected_local);
+}
+
+TEST_F(CollectivesTest, SplitAndDupAreIndependent) {
+  const int n = world_->size(), r = world_->rank();
+  auto halves = world_->split(r % 2, r);
+  ASSERT_NE(halves, nullptr);
+  EXPECT_EQ(halves->size(), (n + 1 - r % 2) / 2);
+  EXPECT_EQ(halves->rank(), r / 2);
+  int one = 1, sum = 0;
+  allreduce(*halves, &one, &sum, 1, DataType::kInt32);
+  EXPECT_EQ(sum, halves->size());
+  auto none = world_->split(r == 0 ? -1 : 0, r);
+  EXPECT_EQ(none == nullptr, r == 0);
+
+  // Two threads, each with its own duplicate, run collectives at the same time: their
+  // messages never match each other's.
+  auto a = world_->dup();
+  auto b = world_->dup();
+  auto work = [&](Communicator* c, int salt, bool* ok) {
+    *ok = true;
+    for (int iter = 0; iter < 50; ++iter) {
+      std::vector<int64_t> v(1000 + iter * 37, salt + iter), out(v.size());
+      AllreduceOptions opts;
+      opts.algorithm = iter % 2 ? Algorithm::kRing : Algorithm::kRhd;
+      allreduce(*c, v.data(), out.data(), v.size(), DataType::kInt64, opts);
+      for (int64_t x : out) *ok = *ok && x == static_cast<int64_t>(salt + iter) * n;
+    }
+  };
+  bool ok_a = false, ok_b = false;
+  std::thread ta(work, a.get(), 1000, &ok_a);
+  std::thread tb(work, b.get(), 7, &ok_b);
+  ta.join();
+  tb.join();
+  EXPECT_TRUE(ok_a);
+  EXPECT_TRUE(ok_b);
+}
+
+TEST_F(CollectivesTest, AMissingRankIsNamedNotAHang) {
+  const int n = world_->size();
+  if (n < 2) GTEST_SKIP() << "needs two ranks";
+  Knobs saved = knobs();
+  Knobs k = saved;
+  k.timeout_s = 1.5;
+  set_knobs(k);
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kRhd, Algorithm::kDbtree,
+                      Algorithm::kHierarchical}) {
+    if (a == Algorithm::kHierarchical && !world_->uniform_nodes()) continue;
+    // A throw-away communicator: the abandoned collective leaves messages behind in it.
+    auto scratch = world_->dup();
+    const int missing = n - 1;
+    int threw = 0;
+    if (world_->rank() != missing) {
+      float x[16] = {};
+      AllreduceOptions opts;
+      opts.algorithm = a;
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        allreduce(*scratch, x, x, 16, DataType::kFloat32, opts);
+        // Ranks that need nothing from the missing one may finish (dbtree leaves do not).
+      } catch (const TimeoutError& e) {
+        threw = 1;
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        EXPECT_LT(s, 10.0) << algorithm_name(a);
+        const std::string what = e.what();
+        EXPECT_NE(what.find("rank"), std::string::npos) << what;
+        // In the ring, rank 0 receives from the missing rank: it names it.
+        if (a == Algorithm::kRing && world_->rank() == 0) {
+          EXPECT_NE(what.find("world rank " + std::to_string(missing)), std::string::npos)
+              << what;
+        }
+      }
+    }
+    // Back to the long deadline: the missing rank now waits for the others' timeouts.
+    set_knobs(saved);
+    int threw_total = 0;
+    allreduce(*world_, &threw, &threw_total, 1, DataType::kInt32);
+    EXPECT_GE(threw_total, 1) << algorithm_name(a) << ": nobody noticed the missing rank";
+    set_knobs(k);
+    barrier(*world_);
+  }
+  set_knobs(saved);
+}
+
+TEST_F(CollectivesTest, BarrierAndZeroCounts) {
+  barrier(*world_);
+  allgather(*world_, nullptr, nullptr, 0, DataType::kFloat32);
+  broadcast(*world_, nullptr, 0, DataType::kFloat32, 0);
+  reduce_scatter(*world_, nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kSum);
+  alltoall(*world_, nullptr, nullptr, 0, DataType::kFloat32);
+  EXPECT_THROW(allgather(*world_, nullptr, nullptr, 3, DataType::kFloat32), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace comm
+}  // namespace tessera

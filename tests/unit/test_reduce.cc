@@ -1,0 +1,137 @@
+// Reduction kernels against a scalar reference, for every dtype and op, odd lengths (the
+// vector tails), aliasing, and the rounding of f16 and bf16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/reduce.h"
+
+namespace tessera {
+namespace {
+
+const std::vector<DataType> kDtypes = {DataType::kFloat32, DataType::kFloat64,
+                                       DataType::kFloat16, DataType::kBFloat16,
+                                       DataType::kInt32,   DataType::kInt64,
+                                       DataType::kUInt8};
+
+double ref(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: return a + b;
+    case ReduceOp::kMin: return std::min(a, b);
+    case ReduceOp::kMax: return std::max(a, b);
+    case ReduceOp::kProduct: return a * b;
+  }
+  return 0;
+}
+
+TEST(Reduce, MatchesScalarReferenceOnEveryDtypeAndOp) {
+  for (DataType dt : kDtypes) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+      for (size_t count : {0ul, 1ul, 3ul, 15ul, 16ul, 17ul, 63ul, 64ul, 65ul, 1000ul, 4099ul}) {
+        const size_t es = dtype_size(dt);
+        std::vector<char> a(count * es + 1), b(count * es + 1), out(count * es + 1);
+        for (size_t i = 0; i < count; ++i) {
+          // Small values so that products and sums stay exact in every dtype.
+          store_from_double(dt, a.data(), i, static_cast<double>(i % 9));
+          store_from_double(dt, b.data(), i, static_cast<double>((i * 5 + 3) % 7));
+        }
+        reduce(dt, op, a.data(), b.data(), out.data(), count);
+        for (size_t i = 0; i < count; ++i) {
+          const double want = ref(op, load_as_double(dt, a.data(), i), load_as_double(dt, b.data(), i));
+          ASSERT_EQ(load_as_double(dt, out.data(), i), want)
+              << dtype_name(dt) << " " << reduce_op_name(op) << " count " << count << " i " << i;
+        }
+        // In place (out aliases a): same result.
+        reduce(dt, op, a.data(), b.data(), a.data(), count);
+        EXPECT_EQ(std::memcmp(a.data(), out.data(), count * es), 0) << dtype_name(dt);
+      }
+    }
+  }
+}
+
+TEST(Reduce, HalfTypesAccumulateInF32AndRoundToNearestEven) {
+  // 2048 + 1 is not representable in f16 (spacing 2): nearest even gives 2048.
+  uint16_t a = float_to_f16(2048.0f), b = float_to_f16(1.0f), out = 0;
+  reduce(DataType::kFloat16, ReduceOp::kSum, &a, &b, &out, 1);
+  EXPECT_EQ(f16_to_float(out), 2048.0f);
+  // 2048 + 3 = 2051 rounds to 2052 (ties to even, 2051 is between 2050 and 2052: nearest 2052).
+  b = float_to_f16(3.0f);
+  reduce(DataType::kFloat16, ReduceOp::kSum, &a, &b, &out, 1);
+  EXPECT_EQ(f16_to_float(out), 2052.0f);
+  // bf16: 256 + 1 -> 256 (8 bits of mantissa), 256 + 3 -> 260.
+  uint16_t c = float_to_bf16(256.0f), d = float_to_bf16(1.0f), e = 0;
+  reduce(DataType::kBFloat16, ReduceOp::kSum, &c, &d, &e, 1);
+  EXPECT_EQ(bf16_to_float(e), 256.0f);
+  d = float_to_bf16(3.0f);
+  reduce(DataType::kBFloat16, ReduceOp::kSum, &c, &d, &e, 1);
+  EXPECT_EQ(bf16_to_float(e), 260.0f);
+  // NaN stays NaN in bf16 instead of rounding to infinity.
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  // A vector long enough for the SIMD path agrees with the scalar conversion everywhere.
+  std::vector<uint16_t> x(1001), y(1001), z(1001);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = float_to_bf16(static_cast<float>(i) * 0.37f);
+    y[i] = float_to_bf16(static_cast<float>(i) * -1.13f + 5);
+  }
+  reduce(DataType::kBFloat16, ReduceOp::kSum, x.data(), y.data(), z.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(z[i], float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(y[i]))) << i;
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = float_to_f16(static_cast<float>(i) * 0.37f);
+    y[i] = float_to_f16(static_cast<float>(i) * -1.13f + 5);
+  }
+  reduce(DataType::kFloat16, ReduceOp::kSum, x.data(), y.data(), z.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(z[i], float_to_f16(f16_to_float(x[i]) + f16_to_float(y[i]))) << i;
+  }
+}
+
+TEST(Reduce, ScaleFloatsAndRefuseIntegers) {
+  std::vector<float> v = {2, 4, 6};
+  scale(DataType::kFloat32, 0.5, v.data(), v.data(), 3);
+  EXPECT_EQ(v, (std::vector<float>{1, 2, 3}));
+  std::vector<uint16_t> h = {float_to_f16(3.0f)};
+  scale(DataType::kFloat16, 1.0 / 3.0, h.data(), h.data(), 1);
+  EXPECT_EQ(f16_to_float(h[0]), 1.0f);
+  int32_t i = 4;
+  EXPECT_THROW(scale(DataType::kInt32, 0.5, &i, &i, 1), InvalidArgument);
+}
+
+TEST(Reduce, DispatchPicksAKnownIsa) {
+  const std::string isa = reduce_isa();
+  EXPECT_TRUE(isa == "avx512" || isa == "avx2" || isa == "baseline") << isa;
+}
+
+TEST(Dtype, NamesRoundTripAndBadInputSaysWhatIsAccepted) {
+  for (DataType dt : kDtypes) EXPECT_EQ(parse_dtype(dtype_name(dt)), dt);
+  try {
+    parse_dtype("f8");
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("accepted: f32 f64 f16 bf16 i32 i64 u8"), std::string::npos);
+  }
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
+                      ReduceOp::kProduct}) {
+    EXPECT_EQ(parse_reduce_op(reduce_op_name(op)), op);
+  }
+  EXPECT_THROW(parse_reduce_op("xor"), InvalidArgument);
+  EXPECT_THROW(check_op_supported(DataType::kInt64, ReduceOp::kAverage), InvalidArgument);
+  check_op_supported(DataType::kBFloat16, ReduceOp::kAverage);
+  EXPECT_THROW(checked_bytes(std::numeric_limits<size_t>::max() / 2, DataType::kInt32),
+               InvalidArgument);
+  EXPECT_EQ(checked_bytes(10, DataType::kFloat64), 80u);
+  // Integers wrap like the dtype does.
+  uint8_t u = 0;
+  store_from_double(DataType::kUInt8, &u, 0, 260);
+  EXPECT_EQ(u, 4);
+}
+
+}  // namespace
+}  // namespace tessera
