@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000000));
   bench_cmd->add_option("--algo", algos,
                         "allreduce algorithms: auto ring rhd dbtree multicolor hierarchical mpi, "
-                        "or all (mpi is always measured as the reference)");
+                        "or all, comma-separated (mpi is always measured as the reference)")
+      ->delimiter(',');
   bench_cmd->add_option("-d,--datatype", dtype, "f32 f64 f16 bf16 i32 i64 u8");
   bench_cmd->add_option("-o,--op", op, "sum avg min max prod");
   bench_cmd->add_option("--json", bench.json_path, "also write the rows as JSON to this file");

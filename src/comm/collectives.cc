@@ -1,5 +1,6 @@
 #include "comm/collectives.h"
 
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <mutex>
@@ -19,6 +20,32 @@ struct Config {
   CostTable table;
   std::vector<SizeRange> override_ranges;
   std::string override_text;  // the knob value override_ranges was parsed from
+  std::atomic<uint64_t> generation{1};  // bumped by set_cost_table
+};
+
+// The last choices of this thread, so that a steady stream of allreduces pays a hash lookup,
+// not a walk over the cost table. Keyed by everything the choice depends on.
+struct ChoiceKey {
+  uint64_t knobs_generation, table_generation;
+  int ranks, nodes, local_size;
+  bool uniform;
+  size_t bytes;
+  Algorithm requested;
+  bool operator==(const ChoiceKey& o) const {
+    return knobs_generation == o.knobs_generation && table_generation == o.table_generation &&
+           ranks == o.ranks && nodes == o.nodes && local_size == o.local_size &&
+           uniform == o.uniform && bytes == o.bytes && requested == o.requested;
+  }
+};
+struct Choice {
+  Algorithm algorithm;
+  Algorithm cross_algorithm;
+};
+struct ChoiceCache {
+  static constexpr size_t kSlots = 64;
+  ChoiceKey keys[kSlots];
+  Choice values[kSlots];
+  bool used[kSlots] = {};
 };
 
 Config& config() {
@@ -45,7 +72,10 @@ int checked_int(size_t v, const char* what) {
 }  // namespace
 
 const CostTable& cost_table() { return config().table; }
-void set_cost_table(const CostTable& table) { config().table = table; }
+void set_cost_table(const CostTable& table) {
+  config().table = table;
+  config().generation.fetch_add(1);
+}
 const std::vector<SizeRange>& allreduce_override() {
   Config& c = config();
   // Parsed lazily so the knob's value at the time of use is honoured (tests change knobs).
@@ -79,6 +109,42 @@ void run_allreduce(Algorithm algorithm, Communicator& comm, const AllreduceArgs&
   TESSERA_ASSERT(false, "run_allreduce needs a concrete algorithm");
 }
 
+namespace {
+
+Choice choose_uncached(const Communicator& comm, size_t bytes, Algorithm requested) {
+  Choice c{choose_allreduce(comm, bytes, requested), Algorithm::kRing};
+  if (c.algorithm == Algorithm::kHierarchical && comm.num_nodes() > 1) {
+    // The cross-node phase moves 1/L of the vector between nodes: pick for that size.
+    const size_t cross_bytes = bytes / static_cast<size_t>(comm.local_size());
+    const CommShape cross{comm.num_nodes(), comm.num_nodes(), 1, true};
+    double best = predict_us(cost_table(), Algorithm::kRing, cross, cross_bytes);
+    for (Algorithm x : {Algorithm::kRhd, Algorithm::kDbtree}) {
+      const double us = predict_us(cost_table(), x, cross, cross_bytes);
+      if (us < best) {
+        best = us;
+        c.cross_algorithm = x;
+      }
+    }
+  }
+  return c;
+}
+
+Choice choose_cached(const Communicator& comm, size_t bytes, Algorithm requested) {
+  thread_local ChoiceCache cache;
+  const ChoiceKey key{knobs_generation(), config().generation.load(), comm.size(),
+                      comm.num_nodes(), comm.local_size(), comm.uniform_nodes(), bytes,
+                      requested};
+  const size_t slot = (bytes * 0x9E3779B97F4A7C15ull >> 58) % ChoiceCache::kSlots;
+  if (cache.used[slot] && cache.keys[slot] == key) return cache.values[slot];
+  const Choice c = choose_uncached(comm, bytes, requested);
+  cache.keys[slot] = key;
+  cache.values[slot] = c;
+  cache.used[slot] = true;
+  return c;
+}
+
+}  // namespace
+
 Algorithm choose_allreduce(const Communicator& comm, size_t bytes, Algorithm requested) {
   const CommShape shape = shape_of(comm);
   if (requested != Algorithm::kAuto) {
@@ -107,22 +173,9 @@ void allreduce(Communicator& comm, const void* send, void* recv, size_t count, D
   a.colors = options.colors > 0 ? options.colors : k.colors;
   a.shm_bytes = options.shm_bytes > 0 ? options.shm_bytes : k.shm_bytes;
   a.timeout_s = k.timeout_s;
-  const Algorithm algorithm = choose_allreduce(comm, bytes, options.algorithm);
-  if (algorithm == Algorithm::kHierarchical && comm.cross() != nullptr) {
-    // The cross-node phase moves 1/L of the vector between nodes: pick for that size.
-    const size_t cross_bytes = bytes / static_cast<size_t>(comm.local_size());
-    const CommShape cross{comm.num_nodes(), comm.num_nodes(), 1, true};
-    a.cross_algorithm = Algorithm::kRing;
-    double best = predict_us(cost_table(), Algorithm::kRing, cross, cross_bytes);
-    for (Algorithm c : {Algorithm::kRhd, Algorithm::kDbtree}) {
-      const double us = predict_us(cost_table(), c, cross, cross_bytes);
-      if (us < best) {
-        best = us;
-        a.cross_algorithm = c;
-      }
-    }
-  }
-  run_allreduce(algorithm, comm, a);
+  const Choice choice = choose_cached(comm, bytes, options.algorithm);
+  a.cross_algorithm = choice.cross_algorithm;
+  run_allreduce(choice.algorithm, comm, a);
 }
 
 void allgather(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype) {

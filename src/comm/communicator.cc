@@ -1,5 +1,7 @@
 #include "comm/communicator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -8,6 +10,7 @@
 #include "comm/collectives.h"
 #include "comm/selector.h"
 
+#include "comm/backoff.h"
 #include "comm/mpi_internal.h"
 #include "comm/shm_arena.h"
 #include "common/knobs.h"
@@ -109,6 +112,17 @@ void init(int* argc, char*** argv) {
   TESSERA_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   set_log_rank(rank);
   share_configuration(rank);
+  {
+    // Ranks on this node against its cores decides how waits back off (backoff.h).
+    MPI_Comm node = MPI_COMM_NULL;
+    TESSERA_MPI_CHECK(
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+    int node_ranks = 1;
+    TESSERA_MPI_CHECK(MPI_Comm_size(node, &node_ranks));
+    MPI_Comm_free(&node);
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    set_oversubscribed(cores > 0 && node_ranks > cores);
+  }
   TESSERA_LOG(kDebug, "reduction kernels: ", reduce_isa());
 }
 

@@ -2,15 +2,21 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <chrono>
 
+#include "comm/backoff.h"
 #include "comm/mpi_internal.h"
 
 namespace tessera {
 namespace comm {
 namespace {
 constexpr size_t kMaxMessageBytes = size_t{1} << 30;
+std::atomic<bool> g_oversubscribed{false};
 }  // namespace
+
+void set_oversubscribed(bool oversubscribed) { g_oversubscribed = oversubscribed; }
+bool oversubscribed() { return g_oversubscribed.load(std::memory_order_relaxed); }
 
 Requests::Requests(Communicator& comm, const char* what, double timeout_s)
     : comm_(comm), what_(what), timeout_s_(timeout_s) {}
@@ -76,15 +82,15 @@ void Requests::wait_range(int first, int count, const Pending& p) {
   using Clock = std::chrono::steady_clock;
   Clock::time_point deadline{};
   bool have_deadline = false;
-  unsigned spins = 0;
+  // A few polls before yielding even when oversubscribed: MPI's shared-memory transport
+  // completes a message only while a side polls, and a yield per poll starves it.
+  Backoff backoff(64);
   for (;;) {
     int done = 0;
+    // Polling is what moves MPI's progress engine; between polls, back off (spin or yield).
     TESSERA_MPI_CHECK(MPI_Testall(count, reqs_.data() + first, &done, MPI_STATUSES_IGNORE));
     if (done) return;
-    // Polling keeps MPI's progress engine moving; after a while, yield the core to other ranks.
-    if (++spins < 64) continue;
-    sched_yield();
-    if ((spins & 63) != 0) continue;
+    if ((backoff.wait() & 255) != 0) continue;
     if (!have_deadline) {
       deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(timeout_s_));

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <new>
 
+#include "comm/backoff.h"
 #include "comm/mpi_internal.h"
 #include "comm/p2p.h"
 #include "common/logging.h"
@@ -14,12 +15,6 @@ namespace comm {
 namespace {
 
 constexpr size_t kControlBytes = 256;  // epoch counter alone on its cache lines
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 }  // namespace
 
@@ -97,15 +92,9 @@ void ShmArena::wait_all(double timeout_s, const char* what) {
   bool have_deadline = false;
   for (int r = 0; r < n; ++r) {
     std::atomic<uint64_t>* e = epochs_[static_cast<size_t>(r)];
-    unsigned spins = 0;
+    Backoff backoff;
     while (e->load(std::memory_order_acquire) < my_epoch_) {
-      // Spin briefly for latency, then yield: ranks are often oversubscribed on cores.
-      if (++spins < 256) {
-        cpu_relax();
-        continue;
-      }
-      sched_yield();
-      if ((spins & 255) != 0) continue;
+      if ((backoff.wait() & 1023) != 0) continue;
       if (!have_deadline) {
         deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(timeout_s));

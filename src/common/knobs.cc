@@ -1,5 +1,6 @@
 #include "common/knobs.h"
 
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -135,8 +136,15 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
 
 const Knobs& knobs() { return current(); }
 
+namespace {
+std::atomic<uint64_t> g_generation{1};
+}  // namespace
+
+uint64_t knobs_generation() { return g_generation.load(std::memory_order_acquire); }
+
 void set_knobs(const Knobs& k) {
   current() = k;
+  g_generation.fetch_add(1, std::memory_order_acq_rel);
   set_log_level(k.log_level);
 }
 

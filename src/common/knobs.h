@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -50,6 +51,8 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup);
 // The process's knobs: defaults until load_knobs_from_environment() or set_knobs() runs.
 const Knobs& knobs();
 void set_knobs(const Knobs& knobs);
+// Bumped by every set_knobs(): lets callers cache what they derive from the knobs.
+uint64_t knobs_generation();
 // The TESSERA_* variables set in this process's environment, by name. Read once, by
 // tessera::comm::init on rank 0, which shares them so that every rank parses the same values.
 std::vector<std::pair<std::string, std::string>> knob_values_from_environment();
