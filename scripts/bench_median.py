@@ -31,6 +31,9 @@ def main(paths):
             counts[key] = row["count"]
     print(f"# {coll}, {n} ranks, {first['nodes']} node(s), {first['dtype']} {first['op']}: "
           f"median of {len(runs)} runs")
+    copies = [r["memcpy_gbps"] for r in runs if "memcpy_gbps" in r]
+    if copies:
+        print(f"# memcpy while every rank copies: {statistics.median(copies):.2f} GB/s per rank")
     print(f"#{'size':>11} {'algorithm':>13} {'time(us)':>11} {'busbw':>8} {'vs_mpi':>7}")
     best_by_size = {}
     for size, algo in order:

@@ -42,10 +42,14 @@ double input_value(int r, size_t i) { return (r + 1) * static_cast<double>(i % 5
 double expected_allreduce(ReduceOp op, int n, size_t i) {
   const double k = static_cast<double>(i % 5 + 1);
   switch (op) {
-    case ReduceOp::kSum: return k * n * (n + 1) / 2.0;
-    case ReduceOp::kAverage: return k * (n + 1) / 2.0;
-    case ReduceOp::kMin: return k;
-    case ReduceOp::kMax: return k * n;
+    case ReduceOp::kSum:
+      return k * n * (n + 1) / 2.0;
+    case ReduceOp::kAverage:
+      return k * (n + 1) / 2.0;
+    case ReduceOp::kMin:
+      return k;
+    case ReduceOp::kMax:
+      return k * n;
     case ReduceOp::kProduct: {
       double v = 1;
       for (int r = 0; r < n; ++r) v *= (r + 1) * k;
@@ -66,7 +70,8 @@ long count_wrong(DataType dtype, const void* data, size_t count,
     store_from_double(dtype, one.get(), 0, expected(i));
     const double want = load_as_double(dtype, one.get(), 0);
     const bool half = dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
-    const double tol = half ? 1e-2 * std::fabs(want) : (is_floating(dtype) ? 1e-6 * std::fabs(want) : 0);
+    const double tol =
+        half ? 1e-2 * std::fabs(want) : (is_floating(dtype) ? 1e-6 * std::fabs(want) : 0);
     if (!(std::fabs(got - want) <= tol)) ++wrong;
   }
   return wrong;
@@ -83,22 +88,31 @@ struct Row {
   double vs_mpi = 0;  // MPI's time / this time (> 1: faster than MPI)
 };
 
-// Median of this rank's per-call times; the slowest rank's median is the row's time.
+// The row's time per call: calls run in batches long enough (>= 50 us) for the clock's
+// resolution not to matter; the median over `iterations` batches on each rank, then the
+// slowest rank's. Every rank runs the same number of calls (the batch size is agreed).
 double time_calls(Communicator& world, int warmup, int iterations, const std::function<void()>& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
+  comm::AllreduceOptions max;
+  max.op = ReduceOp::kMax;
+  max.algorithm = Algorithm::kMpi;
+  double estimate = 0;
+  for (int i = 0; i < std::max(1, warmup); ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    estimate = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  comm::allreduce(world, &estimate, &estimate, 1, DataType::kFloat64, max);
+  const int batch = static_cast<int>(std::clamp(std::ceil(50.0 / std::max(estimate, 1e-3)), 1.0, 1000.0));
   comm::barrier(world);
   std::vector<double> us;
   us.reserve(static_cast<size_t>(iterations));
   for (int i = 0; i < iterations; ++i) {
     const auto t0 = Clock::now();
-    fn();
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    for (int j = 0; j < batch; ++j) fn();
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / batch);
   }
   std::nth_element(us.begin(), us.begin() + static_cast<long>(us.size() / 2), us.end());
   double median = us[us.size() / 2];
-  comm::AllreduceOptions max;
-  max.op = ReduceOp::kMax;
-  max.algorithm = Algorithm::kMpi;
   comm::allreduce(world, &median, &median, 1, DataType::kFloat64, max);
   return median;
 }
@@ -160,7 +174,9 @@ Row measure(const BenchOptions& o, Communicator& world, const std::string& algo,
     comm::AllreduceOptions opts;
     opts.op = o.op;
     opts.algorithm = comm::parse_algorithm(algo);
-    fn = [&world, send, recv, count, dt, opts] { comm::allreduce(world, send, recv, count, dt, opts); };
+    fn = [&world, send, recv, count, dt, opts] {
+      comm::allreduce(world, send, recv, count, dt, opts);
+    };
     expect = [op = o.op, n](size_t i) { return expected_allreduce(op, n, i); };
     check_count = count;
   } else if (c == "allgather") {
@@ -168,7 +184,9 @@ Row measure(const BenchOptions& o, Communicator& world, const std::string& algo,
     row.count = count;
     for (size_t i = 0; i < count; ++i) store_from_double(dt, send, i, input_value(r, i));
     if (algo == "mpi") {
-      fn = [&world, send, recv, count, dt] { comm::mpi_reference::allgather(world, send, recv, count, dt); };
+      fn = [&world, send, recv, count, dt] {
+        comm::mpi_reference::allgather(world, send, recv, count, dt);
+      };
     } else {
       fn = [&world, send, recv, count, dt] { comm::allgather(world, send, recv, count, dt); };
     }
@@ -178,8 +196,10 @@ Row measure(const BenchOptions& o, Communicator& world, const std::string& algo,
     const size_t count = bytes / esize;
     row.count = count;
     fn = [&world, send, count, dt, algo] {
-      if (algo == "mpi") comm::mpi_reference::broadcast(world, send, count, dt, 0);
-      else comm::broadcast(world, send, count, dt, 0);
+      if (algo == "mpi")
+        comm::mpi_reference::broadcast(world, send, count, dt, 0);
+      else
+        comm::broadcast(world, send, count, dt, 0);
     };
     if (r == 0) {
       for (size_t i = 0; i < count; ++i) store_from_double(dt, send, i, input_value(0, i));
@@ -197,9 +217,13 @@ Row measure(const BenchOptions& o, Communicator& world, const std::string& algo,
     }
     const ReduceOp op = o.op;
     if (algo == "mpi") {
-      fn = [&world, send, recv, block, dt, op] { comm::mpi_reference::reduce_scatter(world, send, recv, block, dt, op); };
+      fn = [&world, send, recv, block, dt, op] {
+        comm::mpi_reference::reduce_scatter(world, send, recv, block, dt, op);
+      };
     } else {
-      fn = [&world, send, recv, block, dt, op] { comm::reduce_scatter(world, send, recv, block, dt, op); };
+      fn = [&world, send, recv, block, dt, op] {
+        comm::reduce_scatter(world, send, recv, block, dt, op);
+      };
     }
     expect = [op, n, block, r](size_t i) {
       return expected_allreduce(op, n, static_cast<size_t>(r) * block + i);
@@ -215,7 +239,9 @@ Row measure(const BenchOptions& o, Communicator& world, const std::string& algo,
       }
     }
     if (algo == "mpi") {
-      fn = [&world, send, recv, block, dt] { comm::mpi_reference::alltoall(world, send, recv, block, dt); };
+      fn = [&world, send, recv, block, dt] {
+        comm::mpi_reference::alltoall(world, send, recv, block, dt);
+      };
     } else {
       fn = [&world, send, recv, block, dt] { comm::alltoall(world, send, recv, block, dt); };
     }
@@ -240,19 +266,32 @@ Row measure(const BenchOptions& o, Communicator& world, const std::string& algo,
   return row;
 }
 
-void print_header(const BenchOptions& o, int n, const Communicator& world) {
+void print_header(const BenchOptions& o, int n, const Communicator& world, double copy_gbps) {
   std::printf("# tessera bench %s: %d ranks, %s, dtype %s, op %s, reduction kernels %s\n",
               o.collective.c_str(), n, world.describe().c_str(), dtype_name(o.dtype),
               reduce_op_name(o.op), reduce_isa());
-  std::printf("# time: median of the per-call times of the slowest rank; vs_mpi: MPI's time / "
-              "this time (>1 is faster than MPI)\n");
-  std::printf("#%11s %12s %6s %6s %13s %11s %9s %9s %7s %7s\n", "size", "count", "type",
-              "redop", "algorithm", "time(us)", "algbw", "busbw", "#wrong", "vs_mpi");
-  std::printf("#%11s %12s %6s %6s %13s %11s %9s %9s %7s %7s\n", "(B)", "(elements)", "", "", "",
-              "", "(GB/s)", "(GB/s)", "", "");
+  std::printf("# memcpy while every rank copies: %.2f GB/s per rank\n", copy_gbps);
+  std::printf(
+      "# time: median of the per-call times of the slowest rank; vs_mpi: MPI's time / "
+      "this time (>1 is faster than MPI)\n");
+  std::printf("#%11s %12s %6s %6s %13s %11s %9s %9s %7s %7s\n", "size", "count", "type", "redop",
+              "algorithm", "time(us)", "algbw", "busbw", "#wrong", "vs_mpi");
+  std::printf("#%11s %12s %6s %6s %13s %11s %9s %9s %7s %7s\n", "(B)", "(elements)", "", "", "", "",
+              "(GB/s)", "(GB/s)", "", "");
 }
 
 int run_calibration(const BenchOptions& o, Communicator& world);
+
+// What one core copies per second while every rank copies at once (the memory system is shared),
+// over min(max_bytes, 64 MiB): the yardstick for how close an algorithm comes to what its
+// copies per byte allow. Median of 5, slowest rank.
+double memcpy_gbps(Communicator& world, size_t max_bytes) {
+  const size_t bytes = std::max<size_t>(std::min<size_t>(max_bytes, size_t{64} << 20), 4096);
+  Buffer a(bytes), b(bytes);
+  std::memset(a.get(), 1, bytes);
+  const double us = time_calls(world, 1, 5, [&] { std::memcpy(b.get(), a.get(), bytes); });
+  return static_cast<double>(bytes) / us / 1e3;
+}
 
 }  // namespace
 
@@ -261,15 +300,16 @@ int run_bench(const BenchOptions& o) {
   if (o.calibrate) return run_calibration(o, *world);
   const int n = world->size();
   const size_t esize = dtype_size(o.dtype);
-  const bool per_rank_split = o.collective == "allgather" || o.collective == "reduce-scatter" ||
-                              o.collective == "alltoall";
+  const bool per_rank_split =
+      o.collective == "allgather" || o.collective == "reduce-scatter" || o.collective == "alltoall";
   const size_t granule = per_rank_split ? esize * static_cast<size_t>(n) : esize;
   const std::vector<size_t> all_sizes = sizes(o, granule);
   const std::vector<std::string> algos = algorithm_list(o);
   check_op_supported(o.dtype, o.op);
   const size_t max_bytes = all_sizes.back();
   Buffer send(max_bytes), recv(max_bytes);
-  if (world->rank() == 0) print_header(o, n, *world);
+  const double copy_gbps = memcpy_gbps(*world, max_bytes);
+  if (world->rank() == 0) print_header(o, n, *world, copy_gbps);
   std::vector<Row> rows;
   std::map<std::string, std::vector<double>> busbw_by_algo;
   long total_wrong = 0;
@@ -292,8 +332,8 @@ int run_bench(const BenchOptions& o) {
                                             *world, row.count * esize, Algorithm::kAuto));
         }
         std::printf(" %11zu %12zu %6s %6s %13s %11.2f %9.3f %9.3f %7ld %6.2fx\n", row.bytes,
-                    row.count, dtype_name(o.dtype), reduce_op_name(o.op), algo.c_str(),
-                    row.time_us, row.algbw, row.busbw, row.wrong, row.vs_mpi);
+                    row.count, dtype_name(o.dtype), reduce_op_name(o.op), algo.c_str(), row.time_us,
+                    row.algbw, row.busbw, row.wrong, row.vs_mpi);
       }
       rows.push_back(row);
     }
@@ -313,12 +353,19 @@ int run_bench(const BenchOptions& o) {
       j["nodes"] = world->num_nodes();
       j["dtype"] = dtype_name(o.dtype);
       j["op"] = reduce_op_name(o.op);
+      j["memcpy_gbps"] = copy_gbps;
       j["rows"] = nlohmann::json::array();
       for (const Row& r : rows) {
-        j["rows"].push_back({{"size", r.bytes}, {"count", r.count}, {"type", dtype_name(o.dtype)},
-                             {"redop", reduce_op_name(o.op)}, {"algorithm", r.algo},
-                             {"time_us", r.time_us}, {"algbw", r.algbw}, {"busbw", r.busbw},
-                             {"wrong", r.wrong}, {"vs_mpi", r.vs_mpi}});
+        j["rows"].push_back({{"size", r.bytes},
+                             {"count", r.count},
+                             {"type", dtype_name(o.dtype)},
+                             {"redop", reduce_op_name(o.op)},
+                             {"algorithm", r.algo},
+                             {"time_us", r.time_us},
+                             {"algbw", r.algbw},
+                             {"busbw", r.busbw},
+                             {"wrong", r.wrong},
+                             {"vs_mpi", r.vs_mpi}});
       }
       std::ofstream(o.json_path) << j.dump(1) << "\n";
     }
@@ -345,8 +392,8 @@ int run_calibration(const BenchOptions& o, Communicator& world) {
   for (size_t bytes : all_sizes) {
     for (Algorithm a : comm::all_algorithms()) {
       const Row row = measure(c, world, comm::algorithm_name(a), bytes, send.get(), recv.get());
-      TESSERA_CHECK(row.wrong == 0, "calibration run of ", comm::algorithm_name(a), " at ",
-                    bytes, " bytes gave wrong results");
+      TESSERA_CHECK(row.wrong == 0, "calibration run of ", comm::algorithm_name(a), " at ", bytes,
+                    " bytes gave wrong results");
       curves[a].emplace_back(bytes, row.time_us);
     }
   }
@@ -365,7 +412,8 @@ int run_calibration(const BenchOptions& o, Communicator& world) {
     const size_t count = (size_t{16} << 20) / 4;
     Buffer a(count * 4), b(count * 4);
     const auto t0 = Clock::now();
-    for (int i = 0; i < 5; ++i) reduce(DataType::kFloat32, ReduceOp::kSum, a.get(), b.get(), a.get(), count);
+    for (int i = 0; i < 5; ++i)
+      reduce(DataType::kFloat32, ReduceOp::kSum, a.get(), b.get(), a.get(), count);
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 5;
     table.reduce_us_per_byte = us / static_cast<double>(count * 4);
   }
@@ -374,7 +422,8 @@ int run_calibration(const BenchOptions& o, Communicator& world) {
   std::vector<std::array<double, 3>> ring_rows, shm_rows;
   for (const auto& pt : curves[Algorithm::kRing]) {
     const double bytes = static_cast<double>(pt.first);
-    ring_rows.push_back({2 * (p - 1), 2 * (p - 1) / p * bytes, pt.second - (p - 1) / p * bytes * g});
+    ring_rows.push_back(
+        {2 * (p - 1), 2 * (p - 1) / p * bytes, pt.second - (p - 1) / p * bytes * g});
   }
   const double l = world.local_size();
   for (const auto& pt : curves[Algorithm::kHierarchical]) {
@@ -396,11 +445,11 @@ int run_calibration(const BenchOptions& o, Communicator& world) {
     TESSERA_CHECK(out.good(), "cannot write ", o.table_path, ".tmp");
     TESSERA_CHECK(std::rename((o.table_path + ".tmp").c_str(), o.table_path.c_str()) == 0,
                   "cannot rename the cost table into ", o.table_path);
-    std::printf("# calibrated %d ranks on %d node(s): p2p alpha %.2f us beta %.3f GB/s; shm alpha "
-                "%.2f us beta %.3f GB/s; reduce %.2f GB/s\n",
-                n, world.num_nodes(), table.p2p.alpha_us, 1e-3 / table.p2p.beta_us_per_byte,
-                table.shm.alpha_us, 1e-3 / table.shm.beta_us_per_byte,
-                1e-3 / table.reduce_us_per_byte);
+    std::printf(
+        "# calibrated %d ranks on %d node(s): p2p alpha %.2f us beta %.3f GB/s; shm alpha "
+        "%.2f us beta %.3f GB/s; reduce %.2f GB/s\n",
+        n, world.num_nodes(), table.p2p.alpha_us, 1e-3 / table.p2p.beta_us_per_byte,
+        table.shm.alpha_us, 1e-3 / table.shm.beta_us_per_byte, 1e-3 / table.reduce_us_per_byte);
     std::printf("# wrote %s; use it with TESSERA_COST_TABLE=%s\n", o.table_path.c_str(),
                 o.table_path.c_str());
   }

@@ -25,8 +25,9 @@ int main(int argc, char** argv) {
   std::string min_b = "8", max_b = "128M", dtype = "f32", op = "sum";
   std::vector<std::string> algos;
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmark a collective beside MPI's own");
-  bench_cmd->add_option("collective", bench.collective,
-                        "allreduce, allgather, broadcast, reduce-scatter or alltoall")
+  bench_cmd
+      ->add_option("collective", bench.collective,
+                   "allreduce, allgather, broadcast, reduce-scatter or alltoall")
       ->required()
       ->check(CLI::IsMember({"allreduce", "allgather", "broadcast", "reduce-scatter", "alltoall"}));
   bench_cmd->add_option("-b,--minbytes", min_b, "smallest size (bytes; K/M/G suffixes)");
@@ -36,9 +37,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   bench_cmd->add_option("-w,--warmup_iters", bench.warmup, "untimed calls per row")
       ->check(CLI::Range(0, 1000000));
-  bench_cmd->add_option("--algo", algos,
-                        "allreduce algorithms: auto ring rhd dbtree multicolor hierarchical mpi, "
-                        "or all, comma-separated (mpi is always measured as the reference)")
+  bench_cmd
+      ->add_option("--algo", algos,
+                   "allreduce algorithms: auto ring rhd dbtree multicolor hierarchical mpi, "
+                   "or all, comma-separated (mpi is always measured as the reference)")
       ->delimiter(',');
   bench_cmd->add_option("-d,--datatype", dtype, "f32 f64 f16 bf16 i32 i64 u8");
   bench_cmd->add_option("-o,--op", op, "sum avg min max prod");
@@ -47,6 +49,10 @@ int main(int argc, char** argv) {
                       "allreduce: measure every algorithm and write the cost table for auto");
   bench_cmd->add_option("--table", bench.table_path, "where --calibrate writes the cost table");
 
+  // A later -f/-b/... on the command line overrides an earlier one (scripts add their own).
+  for (CLI::Option* opt : bench_cmd->get_options()) {
+    if (opt->get_name() != "--algo") opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,13 +7,20 @@ namespace comm {
 
 const char* algorithm_name(Algorithm a) {
   switch (a) {
-    case Algorithm::kAuto: return "auto";
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kRhd: return "rhd";
-    case Algorithm::kDbtree: return "dbtree";
-    case Algorithm::kMulticolor: return "multicolor";
-    case Algorithm::kHierarchical: return "hierarchical";
-    case Algorithm::kMpi: return "mpi";
+    case Algorithm::kAuto:
+      return "auto";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kRhd:
+      return "rhd";
+    case Algorithm::kDbtree:
+      return "dbtree";
+    case Algorithm::kMulticolor:
+      return "multicolor";
+    case Algorithm::kHierarchical:
+      return "hierarchical";
+    case Algorithm::kMpi:
+      return "mpi";
   }
   return "?";
 }
@@ -28,8 +35,8 @@ Algorithm parse_algorithm(const std::string& name) {
 }
 
 const std::vector<Algorithm>& all_algorithms() {
-  static const std::vector<Algorithm> all = {Algorithm::kRing,       Algorithm::kRhd,
-                                             Algorithm::kDbtree,     Algorithm::kMulticolor,
+  static const std::vector<Algorithm> all = {Algorithm::kRing,         Algorithm::kRhd,
+                                             Algorithm::kDbtree,       Algorithm::kMulticolor,
                                              Algorithm::kHierarchical, Algorithm::kMpi};
   return all;
 }

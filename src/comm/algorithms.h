@@ -15,12 +15,12 @@ class Communicator;
 struct AllreduceArgs {
   const void* send = nullptr;  // may equal recv (in place)
   void* recv = nullptr;
-  size_t count = 0;            // > 0
+  size_t count = 0;  // > 0
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  size_t segment_bytes = 0;    // pipelining unit (ring, trees)
-  int colors = 2;              // trees of the multicolor algorithm
-  size_t shm_bytes = 0;        // hierarchical: bytes per rank per shared-memory step
+  size_t segment_bytes = 0;  // pipelining unit (ring, trees)
+  int colors = 2;            // trees of the multicolor algorithm
+  size_t shm_bytes = 0;      // hierarchical: bytes per rank per shared-memory step
   double timeout_s = 300;
   // Divisor for kAverage; 0 means the communicator size. The hierarchical algorithm runs the
   // cross-node phase with the world size here.

@@ -19,7 +19,8 @@ namespace {
 struct Config {
   CostTable table;
   std::vector<SizeRange> override_ranges;
-  std::string override_text;  // the knob value override_ranges was parsed from
+  uint64_t override_generation = 0;
+  std::mutex mutex;
   std::atomic<uint64_t> generation{1};  // bumped by set_cost_table
 };
 
@@ -76,12 +77,14 @@ void set_cost_table(const CostTable& table) {
   config().table = table;
   config().generation.fetch_add(1);
 }
-const std::vector<SizeRange>& allreduce_override() {
+std::vector<SizeRange> allreduce_override() {
   Config& c = config();
-  // Parsed lazily so the knob's value at the time of use is honoured (tests change knobs).
-  if (c.override_text != knobs().allreduce) {
+  // Parsed on first use after each knob change (tests change knobs); only cache misses of the
+  // algorithm choice get here, possibly from several threads.
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (c.override_generation != knobs_generation()) {
     c.override_ranges = parse_override(knobs().allreduce);
-    c.override_text = knobs().allreduce;
+    c.override_generation = knobs_generation();
   }
   return c.override_ranges;
 }
@@ -98,13 +101,20 @@ void run_allreduce(Algorithm algorithm, Communicator& comm, const AllreduceArgs&
     return;  // the average over one rank is the value itself
   }
   switch (algorithm) {
-    case Algorithm::kRing: return ring_allreduce(comm, a);
-    case Algorithm::kRhd: return rhd_allreduce(comm, a);
-    case Algorithm::kDbtree: return dbtree_allreduce(comm, a);
-    case Algorithm::kMulticolor: return multicolor_allreduce(comm, a);
-    case Algorithm::kHierarchical: return hierarchical_allreduce(comm, a);
-    case Algorithm::kMpi: return mpi_allreduce(comm, a);
-    case Algorithm::kAuto: break;
+    case Algorithm::kRing:
+      return ring_allreduce(comm, a);
+    case Algorithm::kRhd:
+      return rhd_allreduce(comm, a);
+    case Algorithm::kDbtree:
+      return dbtree_allreduce(comm, a);
+    case Algorithm::kMulticolor:
+      return multicolor_allreduce(comm, a);
+    case Algorithm::kHierarchical:
+      return hierarchical_allreduce(comm, a);
+    case Algorithm::kMpi:
+      return mpi_allreduce(comm, a);
+    case Algorithm::kAuto:
+      break;
   }
   TESSERA_ASSERT(false, "run_allreduce needs a concrete algorithm");
 }
@@ -131,9 +141,8 @@ Choice choose_uncached(const Communicator& comm, size_t bytes, Algorithm request
 
 Choice choose_cached(const Communicator& comm, size_t bytes, Algorithm requested) {
   thread_local ChoiceCache cache;
-  const ChoiceKey key{knobs_generation(), config().generation.load(), comm.size(),
-                      comm.num_nodes(), comm.local_size(), comm.uniform_nodes(), bytes,
-                      requested};
+  const ChoiceKey key{knobs_generation(), config().generation.load(), comm.size(), comm.num_nodes(),
+                      comm.local_size(),  comm.uniform_nodes(),       bytes,       requested};
   const size_t slot = (bytes * 0x9E3779B97F4A7C15ull >> 58) % ChoiceCache::kSlots;
   if (cache.used[slot] && cache.keys[slot] == key) return cache.values[slot];
   const Choice c = choose_uncached(comm, bytes, requested);
@@ -190,17 +199,16 @@ void allgather(Communicator& comm, const void* send, void* recv, size_t count, D
       send == static_cast<const char*>(recv) + static_cast<size_t>(comm.rank()) * count * esize;
   Requests reqs(comm, "allgather", knobs().timeout_s);
   MPI_Request r = MPI_REQUEST_NULL;
-  TESSERA_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_datatype(dtype), recv,
-                                   n, mpi_datatype(dtype), mpi_comm(comm), &r));
+  TESSERA_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_datatype(dtype), recv, n,
+                                   mpi_datatype(dtype), mpi_comm(comm), &r));
   reqs.add(r, count * esize);
   reqs.wait_all();
 }
 
-void allgatherv(Communicator& comm, const void* send, void* recv,
-                const std::vector<size_t>& counts, DataType dtype) {
+void allgatherv(Communicator& comm, const void* send, void* recv, const std::vector<size_t>& counts,
+                DataType dtype) {
   const int size = comm.size();
-  TESSERA_CHECK_EQ(counts.size(), static_cast<size_t>(size),
-                   "allgatherv needs one count per rank");
+  TESSERA_CHECK_EQ(counts.size(), static_cast<size_t>(size), "allgatherv needs one count per rank");
   const size_t mine = counts[static_cast<size_t>(comm.rank())];
   size_t total = 0;
   std::vector<int> c(static_cast<size_t>(size)), d(static_cast<size_t>(size));
@@ -228,8 +236,8 @@ void allgatherv(Communicator& comm, const void* send, void* recv,
 
 void broadcast(Communicator& comm, void* buf, size_t count, DataType dtype, int root) {
   check_buffer(buf, count, "the buffer", "broadcast");
-  TESSERA_CHECK(root >= 0 && root < comm.size(), "broadcast root ", root,
-                " is not a rank of ", comm.describe(), "; accepted: 0 to ", comm.size() - 1);
+  TESSERA_CHECK(root >= 0 && root < comm.size(), "broadcast root ", root, " is not a rank of ",
+                comm.describe(), "; accepted: 0 to ", comm.size() - 1);
   checked_bytes(count, dtype);
   if (count == 0 || comm.size() == 1) return;
   Requests reqs(comm, "broadcast", knobs().timeout_s);
@@ -240,8 +248,8 @@ void broadcast(Communicator& comm, void* buf, size_t count, DataType dtype, int 
   reqs.wait_all();
 }
 
-void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t block,
-                    DataType dtype, ReduceOp op, size_t segment_bytes) {
+void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t block, DataType dtype,
+                    ReduceOp op, size_t segment_bytes) {
   const size_t total = block * static_cast<size_t>(comm.size());
   TESSERA_CHECK(comm.size() == 0 || total / static_cast<size_t>(comm.size()) == block,
                 "reduce_scatter: ", block, " elements per rank overflow");
@@ -256,8 +264,7 @@ void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t blo
     return;
   }
   ring_reduce_scatter(comm, send, recv, block, dtype, op,
-                      segment_bytes > 0 ? segment_bytes : knobs().segment_bytes,
-                      knobs().timeout_s);
+                      segment_bytes > 0 ? segment_bytes : knobs().segment_bytes, knobs().timeout_s);
   AllreduceArgs a;
   a.dtype = dtype;
   a.op = op;
@@ -274,8 +281,8 @@ void alltoall(Communicator& comm, const void* send, void* recv, size_t block, Da
   checked_int(total, "alltoall");
   Requests reqs(comm, "alltoall", knobs().timeout_s);
   MPI_Request r = MPI_REQUEST_NULL;
-  TESSERA_MPI_CHECK(MPI_Ialltoall(send == recv ? MPI_IN_PLACE : send, n, mpi_datatype(dtype),
-                                  recv, n, mpi_datatype(dtype), mpi_comm(comm), &r));
+  TESSERA_MPI_CHECK(MPI_Ialltoall(send == recv ? MPI_IN_PLACE : send, n, mpi_datatype(dtype), recv,
+                                  n, mpi_datatype(dtype), mpi_comm(comm), &r));
   reqs.add(r, total * dtype_size(dtype));
   reqs.wait_all();
 }
@@ -303,9 +310,8 @@ void alltoallv(Communicator& comm, const void* send, const std::vector<size_t>& 
   // Every rank calls MPI even when it moves nothing: the others may still send to it.
   Requests reqs(comm, "alltoallv", knobs().timeout_s);
   MPI_Request r = MPI_REQUEST_NULL;
-  TESSERA_MPI_CHECK(MPI_Ialltoallv(send, sc.data(), sd.data(), mpi_datatype(dtype), recv,
-                                   rc.data(), rd.data(), mpi_datatype(dtype), mpi_comm(comm),
-                                   &r));
+  TESSERA_MPI_CHECK(MPI_Ialltoallv(send, sc.data(), sd.data(), mpi_datatype(dtype), recv, rc.data(),
+                                   rd.data(), mpi_datatype(dtype), mpi_comm(comm), &r));
   reqs.add(r, (st + rt) * dtype_size(dtype));
   reqs.wait_all();
 }
@@ -322,17 +328,17 @@ namespace mpi_reference {
 
 void allgather(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype) {
   const int n = checked_int(count, "allgather");
-  TESSERA_MPI_CHECK(MPI_Allgather(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype),
-                                  mpi_comm(comm)));
+  TESSERA_MPI_CHECK(
+      MPI_Allgather(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), mpi_comm(comm)));
 }
 
 void broadcast(Communicator& comm, void* buf, size_t count, DataType dtype, int root) {
-  TESSERA_MPI_CHECK(MPI_Bcast(buf, checked_int(count, "broadcast"), mpi_datatype(dtype), root,
-                              mpi_comm(comm)));
+  TESSERA_MPI_CHECK(
+      MPI_Bcast(buf, checked_int(count, "broadcast"), mpi_datatype(dtype), root, mpi_comm(comm)));
 }
 
-void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t block,
-                    DataType dtype, ReduceOp op) {
+void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t block, DataType dtype,
+                    ReduceOp op) {
   TESSERA_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, checked_int(block, "reduce_scatter"),
                                              mpi_datatype(dtype), mpi_op(dtype, op),
                                              mpi_comm(comm)));
@@ -344,8 +350,8 @@ void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t blo
 
 void alltoall(Communicator& comm, const void* send, void* recv, size_t block, DataType dtype) {
   const int n = checked_int(block, "alltoall");
-  TESSERA_MPI_CHECK(MPI_Alltoall(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype),
-                                 mpi_comm(comm)));
+  TESSERA_MPI_CHECK(
+      MPI_Alltoall(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), mpi_comm(comm)));
 }
 
 }  // namespace mpi_reference

@@ -42,13 +42,13 @@ Algorithm choose_allreduce(const Communicator& comm, size_t bytes, Algorithm req
 // recv (size * count elements) = every rank's send (count elements), in rank order.
 void allgather(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype);
 // Like allgather with counts[r] elements from rank r; recv holds their sum.
-void allgatherv(Communicator& comm, const void* send, void* recv,
-                const std::vector<size_t>& counts, DataType dtype);
+void allgatherv(Communicator& comm, const void* send, void* recv, const std::vector<size_t>& counts,
+                DataType dtype);
 // buf on every rank = buf on root.
 void broadcast(Communicator& comm, void* buf, size_t count, DataType dtype, int root);
 // recv (block elements) on rank r = op over ranks of block r of send (size * block elements).
-void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t block,
-                    DataType dtype, ReduceOp op, size_t segment_bytes = 0);
+void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t block, DataType dtype,
+                    ReduceOp op, size_t segment_bytes = 0);
 // Block j of send (block elements each) goes to rank j, landing in block r of its recv.
 void alltoall(Communicator& comm, const void* send, void* recv, size_t block, DataType dtype);
 // send_counts[j] elements go to rank j; recv_counts[j] come from rank j; blocks are packed in
@@ -61,15 +61,16 @@ void barrier(Communicator& comm);
 namespace mpi_reference {
 void allgather(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype);
 void broadcast(Communicator& comm, void* buf, size_t count, DataType dtype, int root);
-void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t block,
-                    DataType dtype, ReduceOp op);
+void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t block, DataType dtype,
+                    ReduceOp op);
 void alltoall(Communicator& comm, const void* send, void* recv, size_t block, DataType dtype);
 }  // namespace mpi_reference
 
 // The process's cost table and override, identical on every rank (set by init).
+// set_cost_table is for init and tests, before collectives run on other threads.
 const CostTable& cost_table();
 void set_cost_table(const CostTable& table);
-const std::vector<SizeRange>& allreduce_override();
+std::vector<SizeRange> allreduce_override();
 
 }  // namespace comm
 }  // namespace tessera

@@ -7,11 +7,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "comm/collectives.h"
-#include "comm/selector.h"
-
 #include "comm/backoff.h"
+#include "comm/collectives.h"
 #include "comm/mpi_internal.h"
+#include "comm/selector.h"
 #include "comm/shm_arena.h"
 #include "common/knobs.h"
 #include "common/logging.h"
@@ -167,8 +166,8 @@ void describe_members(CommState& s) {
   std::vector<int> mine(static_cast<size_t>(s.size));
   for (int i = 0; i < s.size; ++i) mine[static_cast<size_t>(i)] = i;
   s.world_ranks.assign(static_cast<size_t>(s.size), -1);
-  TESSERA_MPI_CHECK(MPI_Group_translate_ranks(group, s.size, mine.data(), world,
-                                              s.world_ranks.data()));
+  TESSERA_MPI_CHECK(
+      MPI_Group_translate_ranks(group, s.size, mine.data(), world, s.world_ranks.data()));
   MPI_Group_free(&group);
   MPI_Group_free(&world);
 }
@@ -191,8 +190,8 @@ std::unique_ptr<Communicator> Communicator::from_dup(CommState&& base, bool with
     // Real nodes: ranks that can share memory. Pretend nodes: consecutive groups of
     // TESSERA_RANKS_PER_NODE within a real node, so that hierarchy is testable on one machine.
     MPI_Comm shared = MPI_COMM_NULL;
-    TESSERA_MPI_CHECK(MPI_Comm_split_type(s->comm, MPI_COMM_TYPE_SHARED, s->rank, MPI_INFO_NULL,
-                                          &shared));
+    TESSERA_MPI_CHECK(
+        MPI_Comm_split_type(s->comm, MPI_COMM_TYPE_SHARED, s->rank, MPI_INFO_NULL, &shared));
     int shared_rank = 0;
     TESSERA_MPI_CHECK(MPI_Comm_rank(shared, &shared_rank));
     MPI_Comm local = shared;
@@ -241,8 +240,8 @@ std::unique_ptr<Communicator> Communicator::dup() const {
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) const {
   CommState base;
-  TESSERA_MPI_CHECK(MPI_Comm_split(state_->comm, color < 0 ? MPI_UNDEFINED : color, key,
-                                   &base.comm));
+  TESSERA_MPI_CHECK(
+      MPI_Comm_split(state_->comm, color < 0 ? MPI_UNDEFINED : color, key, &base.comm));
   if (base.comm == MPI_COMM_NULL) return nullptr;
   return from_dup(std::move(base), /*with_nodes=*/true);
 }
@@ -282,8 +281,7 @@ ShmArena& Communicator::shm_arena(size_t bytes_per_rank) {
   // same order, so every rank grows at the same call).
   if (!state_->arena || state_->arena->bytes_per_rank() < bytes_per_rank) {
     state_->arena.reset();
-    state_->arena =
-        std::make_unique<ShmArena>(*state_->local, bytes_per_rank, knobs().timeout_s);
+    state_->arena = std::make_unique<ShmArena>(*state_->local, bytes_per_rank, knobs().timeout_s);
   }
   return *state_->arena;
 }

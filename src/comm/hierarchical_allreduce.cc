@@ -106,8 +106,8 @@ void hierarchical_allreduce(Communicator& comm, const AllreduceArgs& a) {
     bool first = true;
     for (int q = 0; q < l_size; ++q) {
       if (q == l_rank) continue;
-      reduce(a.dtype, a.op, first ? own_in : acc, arena.buffer(q, parity) + own.begin * esize,
-             acc, own.size());
+      reduce(a.dtype, a.op, first ? own_in : acc, arena.buffer(q, parity) + own.begin * esize, acc,
+             own.size());
       first = false;
     }
     if (first && acc != own_in) std::memcpy(acc, own_in, own.size() * esize);

@@ -16,8 +16,8 @@ void mpi_allreduce(Communicator& comm, const AllreduceArgs& a) {
   const size_t max_count = static_cast<size_t>(INT_MAX);
   for (size_t base = 0; base < a.count; base += max_count) {
     const size_t n = std::min(max_count, a.count - base);
-    const void* in = a.send == a.recv ? MPI_IN_PLACE
-                                      : static_cast<const char*>(a.send) + base * esize;
+    const void* in =
+        a.send == a.recv ? MPI_IN_PLACE : static_cast<const char*>(a.send) + base * esize;
     TESSERA_MPI_CHECK(MPI_Allreduce(in, static_cast<char*>(a.recv) + base * esize,
                                     static_cast<int>(n), mpi_datatype(a.dtype),
                                     mpi_op(a.dtype, a.op), mpi_comm(comm)));

@@ -26,10 +26,14 @@ MPI_Op half_op(ReduceOp op) {
   (void)created;
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return ops[0];
-    case ReduceOp::kMin: return ops[1];
-    case ReduceOp::kMax: return ops[2];
-    case ReduceOp::kProduct: return ops[3];
+    case ReduceOp::kAverage:
+      return ops[0];
+    case ReduceOp::kMin:
+      return ops[1];
+    case ReduceOp::kMax:
+      return ops[2];
+    case ReduceOp::kProduct:
+      return ops[3];
   }
   return MPI_OP_NULL;
 }
@@ -38,13 +42,20 @@ MPI_Op half_op(ReduceOp op) {
 
 MPI_Datatype mpi_datatype(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
-    case DataType::kFloat16: return MPI_UINT16_T;
-    case DataType::kBFloat16: return MPI_UINT16_T;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
-    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
+    case DataType::kFloat16:
+      return MPI_UINT16_T;
+    case DataType::kBFloat16:
+      return MPI_UINT16_T;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
+    case DataType::kUInt8:
+      return MPI_UINT8_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -54,10 +65,14 @@ MPI_Op mpi_op(DataType dtype, ReduceOp op) {
   if (dtype == DataType::kBFloat16) return half_op<DataType::kBFloat16>(op);
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return MPI_SUM;
-    case ReduceOp::kMin: return MPI_MIN;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kProduct: return MPI_PROD;
+    case ReduceOp::kAverage:
+      return MPI_SUM;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kProduct:
+      return MPI_PROD;
   }
   return MPI_OP_NULL;
 }

@@ -38,37 +38,23 @@ Requests::~Requests() {
   }
 }
 
-int Requests::isend(const void* buf, size_t bytes, int peer, int tag) {
+int Requests::post(bool send, const void* buf, size_t bytes, int peer, int tag) {
   const int first = static_cast<int>(reqs_.size());
-  const char* p = static_cast<const char*>(buf);
+  char* p = static_cast<char*>(const_cast<void*>(buf));  // MPI_Isend takes const void*
   size_t left = bytes;
   do {
-    const size_t n = left < kMaxMessageBytes ? left : kMaxMessageBytes;
+    const int n = static_cast<int>(left < kMaxMessageBytes ? left : kMaxMessageBytes);
     MPI_Request r = MPI_REQUEST_NULL;
-    TESSERA_MPI_CHECK(
-        MPI_Isend(p, static_cast<int>(n), MPI_BYTE, peer, tag, mpi_comm(comm_), &r));
+    if (send) {
+      TESSERA_MPI_CHECK(MPI_Isend(p, n, MPI_BYTE, peer, tag, mpi_comm(comm_), &r));
+    } else {
+      TESSERA_MPI_CHECK(MPI_Irecv(p, n, MPI_BYTE, peer, tag, mpi_comm(comm_), &r));
+    }
     reqs_.push_back(r);
     p += n;
-    left -= n;
+    left -= static_cast<size_t>(n);
   } while (left > 0);
-  pending_.push_back({first, static_cast<int>(reqs_.size()) - first, peer, bytes, true});
-  return static_cast<int>(pending_.size()) - 1;
-}
-
-int Requests::irecv(void* buf, size_t bytes, int peer, int tag) {
-  const int first = static_cast<int>(reqs_.size());
-  char* p = static_cast<char*>(buf);
-  size_t left = bytes;
-  do {
-    const size_t n = left < kMaxMessageBytes ? left : kMaxMessageBytes;
-    MPI_Request r = MPI_REQUEST_NULL;
-    TESSERA_MPI_CHECK(
-        MPI_Irecv(p, static_cast<int>(n), MPI_BYTE, peer, tag, mpi_comm(comm_), &r));
-    reqs_.push_back(r);
-    p += n;
-    left -= n;
-  } while (left > 0);
-  pending_.push_back({first, static_cast<int>(reqs_.size()) - first, peer, bytes, false});
+  pending_.push_back({first, static_cast<int>(reqs_.size()) - first, peer, bytes, send});
   return static_cast<int>(pending_.size()) - 1;
 }
 
@@ -102,11 +88,12 @@ void Requests::wait_range(int first, int count, const Pending& p) {
                                           "; one of them is dead, stuck, or running a different "
                                           "sequence of collectives"));
       }
-      throw TimeoutError(detail::concat(
-          what_, ": waited ", timeout_s_, " s to ", p.send ? "send " : "receive ", p.bytes,
-          " bytes ", p.send ? "to" : "from", " world rank ", comm_.world_rank_of(p.peer),
-          " (rank ", p.peer, " of ", comm_.size(), "); it is dead, stuck, or running a different "
-          "sequence of collectives"));
+      throw TimeoutError(
+          detail::concat(what_, ": waited ", timeout_s_, " s to ", p.send ? "send " : "receive ",
+                         p.bytes, " bytes ", p.send ? "to" : "from", " world rank ",
+                         comm_.world_rank_of(p.peer), " (rank ", p.peer, " of ", comm_.size(),
+                         "); it is dead, stuck, or running a different "
+                         "sequence of collectives"));
     }
   }
 }

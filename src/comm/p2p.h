@@ -22,8 +22,12 @@ class Requests {
   Requests& operator=(const Requests&) = delete;
 
   // Each returns an id for wait(id).
-  int isend(const void* buf, size_t bytes, int peer, int tag);
-  int irecv(void* buf, size_t bytes, int peer, int tag);
+  int isend(const void* buf, size_t bytes, int peer, int tag) {
+    return post(true, buf, bytes, peer, tag);
+  }
+  int irecv(void* buf, size_t bytes, int peer, int tag) {
+    return post(false, buf, bytes, peer, tag);
+  }
 
   // Tracks a request from a nonblocking collective (peer -1: the whole communicator).
   int add(MPI_Request request, size_t bytes);
@@ -42,6 +46,7 @@ class Requests {
     size_t bytes;
     bool send;
   };
+  int post(bool send, const void* buf, size_t bytes, int peer, int tag);
   void wait_range(int first, int count, const Pending& p);
 
   Communicator& comm_;

@@ -31,9 +31,8 @@ int mod(int a, int n) { return ((a % n) + n) % n; }
 // written; `src` holds this rank's contribution; `ranges` cut the vector into P chunks.
 // Returns the pointer holding the completed chunk r.
 template <typename AccFn>
-char* ring_reduce_scatter_phase(Communicator& comm, const char* src, size_t count,
-                                DataType dtype, ReduceOp op, size_t segment_bytes,
-                                double timeout_s, AccFn acc) {
+char* ring_reduce_scatter_phase(Communicator& comm, const char* src, size_t count, DataType dtype,
+                                ReduceOp op, size_t segment_bytes, double timeout_s, AccFn acc) {
   const int n = comm.size();
   const int r = comm.rank();
   const size_t esize = dtype_size(dtype);
@@ -55,8 +54,8 @@ char* ring_reduce_scatter_phase(Communicator& comm, const char* src, size_t coun
     std::vector<int> recv_ids;
     for (size_t off = 0; off < rr.size(); off += seg) {
       const size_t len = std::min(seg, rr.size() - off);
-      recv_ids.push_back(reqs.irecv(incoming + off * esize, len * esize, ring_prev(n, r),
-                                    kTagReduceScatter));
+      recv_ids.push_back(
+          reqs.irecv(incoming + off * esize, len * esize, ring_prev(n, r), kTagReduceScatter));
     }
     for (size_t off = 0; off < sr.size(); off += seg) {
       const size_t len = std::min(seg, sr.size() - off);
@@ -66,8 +65,8 @@ char* ring_reduce_scatter_phase(Communicator& comm, const char* src, size_t coun
     for (size_t off = 0; off < rr.size(); off += seg, ++j) {
       const size_t len = std::min(seg, rr.size() - off);
       reqs.wait(recv_ids[j]);
-      reduce(dtype, op, src + (rr.begin + off) * esize, incoming + off * esize,
-             out + off * esize, len);
+      reduce(dtype, op, src + (rr.begin + off) * esize, incoming + off * esize, out + off * esize,
+             len);
     }
     reqs.wait_all();
     outgoing = out;
@@ -110,8 +109,8 @@ void ring_reduce_scatter(Communicator& comm, const void* send, void* recv, size_
   // flight); the last step writes the caller's output.
   char* tmp[2] = {static_cast<char*>(comm.scratch(1, block * esize)),
                   static_cast<char*>(comm.scratch(2, block * esize))};
-  ring_reduce_scatter_phase(comm, static_cast<const char*>(send), count, dtype, op,
-                            segment_bytes, timeout_s, [&](const Range&, int step) {
+  ring_reduce_scatter_phase(comm, static_cast<const char*>(send), count, dtype, op, segment_bytes,
+                            timeout_s, [&](const Range&, int step) {
                               return step == n - 2 ? static_cast<char*>(recv) : tmp[step & 1];
                             });
 }

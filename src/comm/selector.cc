@@ -80,9 +80,12 @@ std::vector<SizeRange> parse_override(const std::string& text) {
 
 bool can_use(Algorithm a, const CommShape& shape) {
   switch (a) {
-    case Algorithm::kAuto: return false;
-    case Algorithm::kHierarchical: return shape.uniform_nodes;
-    default: return true;
+    case Algorithm::kAuto:
+      return false;
+    case Algorithm::kHierarchical:
+      return shape.uniform_nodes;
+    default:
+      return true;
   }
 }
 
@@ -118,8 +121,8 @@ double formula_us(const CostTable& t, Algorithm a, const CommShape& s, double n)
       const double part = n / c.colors;
       const double seg = std::min<double>(static_cast<double>(t.segment_bytes), part);
       const double segments = seg > 0 ? std::ceil(part / seg) : 0;
-      const double per_iter = c.fanout * (link.alpha_us + seg * (link.beta_us_per_byte + g)) *
-                              c.colors;
+      const double per_iter =
+          c.fanout * (link.alpha_us + seg * (link.beta_us_per_byte + g)) * c.colors;
       return (segments + 2 * c.depth) * per_iter;
     }
     case Algorithm::kHierarchical: {
@@ -131,9 +134,9 @@ double formula_us(const CostTable& t, Algorithm a, const CommShape& s, double n)
       if (n <= 16384) {
         local_us = t.shm.alpha_us * (l > 1 ? 1 : 0) + n * t.shm.beta_us_per_byte + (l - 1) * n * g;
       } else {
-        local_us = pieces * (2 * t.shm.alpha_us + 2 * (l - 1) / l * per_piece *
-                                                       t.shm.beta_us_per_byte +
-                             (l - 1) / l * per_piece * g);
+        local_us =
+            pieces * (2 * t.shm.alpha_us + 2 * (l - 1) / l * per_piece * t.shm.beta_us_per_byte +
+                      (l - 1) / l * per_piece * g);
       }
       double cross_us = 0;
       if (s.nodes > 1) {
@@ -147,7 +150,8 @@ double formula_us(const CostTable& t, Algorithm a, const CommShape& s, double n)
       }
       return local_us + cross_us;
     }
-    case Algorithm::kAuto: break;
+    case Algorithm::kAuto:
+      break;
   }
   return std::numeric_limits<double>::infinity();
 }
@@ -177,8 +181,7 @@ double interpolate(const std::vector<std::pair<size_t, double>>& pts, double n) 
 
 double predict_us(const CostTable& table, Algorithm a, const CommShape& shape, size_t bytes) {
   for (const MeasuredCurve& m : table.measured) {
-    if (m.algorithm == a && m.ranks == shape.ranks && m.nodes == shape.nodes &&
-        !m.points.empty()) {
+    if (m.algorithm == a && m.ranks == shape.ranks && m.nodes == shape.nodes && !m.points.empty()) {
       return interpolate(m.points, static_cast<double>(bytes));
     }
   }

@@ -50,9 +50,9 @@ struct MeasuredCurve {
 };
 
 struct CostTable {
-  LinkCost p2p{1.0, 1.0 / 5000.0};         // MPI point-to-point within a node
-  LinkCost net{5.0, 1.0 / 1000.0};         // MPI point-to-point between nodes
-  LinkCost shm{0.3, 1.0 / 15700.0};        // shared-memory step sync + copy per byte
+  LinkCost p2p{1.0, 1.0 / 5000.0};           // MPI point-to-point within a node
+  LinkCost net{5.0, 1.0 / 1000.0};           // MPI point-to-point between nodes
+  LinkCost shm{0.3, 1.0 / 15700.0};          // shared-memory step sync + copy per byte
   double reduce_us_per_byte = 1.0 / 8000.0;  // reduction kernel, per byte of input
   size_t segment_bytes = size_t{256} << 10;
   size_t shm_bytes = size_t{1} << 20;

@@ -106,10 +106,11 @@ void ShmArena::wait_all(double timeout_s, const char* what) {
             late += (late.empty() ? "" : ", ") + std::to_string(local_.world_rank_of(q));
           }
         }
-        throw TimeoutError(detail::concat(
-            what, ": waited ", timeout_s, " s in node-local shared memory for rank(s) ", late,
-            " (world ranks) at step ", my_epoch_, "; they are dead, stuck or running a different "
-            "sequence of collectives"));
+        throw TimeoutError(detail::concat(what, ": waited ", timeout_s,
+                                          " s in node-local shared memory for rank(s) ", late,
+                                          " (world ranks) at step ", my_epoch_,
+                                          "; they are dead, stuck or running a different "
+                                          "sequence of collectives"));
       }
     }
   }

@@ -42,10 +42,10 @@ struct TreeLinks {
 //
 // k is clamped to [1, n]. The double binary tree is color_trees(n, 2) (F = 2 for every n).
 struct ColorTrees {
-  int colors = 1;   // number of trees after clamping
-  int fanout = 2;   // F
-  int interior = 0; // I
-  int depth = 0;    // edges from the root to the deepest leaf
+  int colors = 1;    // number of trees after clamping
+  int fanout = 2;    // F
+  int interior = 0;  // I
+  int depth = 0;     // edges from the root to the deepest leaf
 };
 ColorTrees color_trees(int n, int k);
 // Rank r's links in tree t of color_trees(n, k).
@@ -57,9 +57,9 @@ int tree_root(int n, int k, int t);
 // part in the halving and doubling; the first 2 * (n - p) ranks pair up first, the even one
 // of each pair handing its vector to the odd one and getting the result back at the end.
 struct RhdPlan {
-  int pof2 = 1;          // p
-  int new_rank = -1;     // rank among the p participants; -1 for a rank that folds out
-  int fold_partner = -1; // the partner of the first/last exchange; -1 if none
+  int pof2 = 1;           // p
+  int new_rank = -1;      // rank among the p participants; -1 for a rank that folds out
+  int fold_partner = -1;  // the partner of the first/last exchange; -1 if none
   // Participant partners of the halving steps in order (mask p/2, p/4, ..., 1); the doubling
   // steps use them in reverse order. Empty for a folded-out rank.
   std::vector<int> partners;

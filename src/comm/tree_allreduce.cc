@@ -97,8 +97,8 @@ void tree_allreduce(Communicator& comm, const AllreduceArgs& a, int trees, const
       // The segment's reduce send may still read this memory (in place): finish it first.
       if (s.up_send[static_cast<size_t>(j)] >= 0) reqs.wait(s.up_send[static_cast<size_t>(j)]);
       const Range g = segment(s, static_cast<size_t>(j));
-      down_ids[static_cast<size_t>(t)] = reqs.irecv(dst + g.begin * esize, g.size() * esize,
-                                                    s.links.parent, kTagBroadcast + t);
+      down_ids[static_cast<size_t>(t)] =
+          reqs.irecv(dst + g.begin * esize, g.size() * esize, s.links.parent, kTagBroadcast + t);
     }
     // Reduce, leaves first: they wait for nobody.
     for (int t = 0; t < k; ++t) {
@@ -106,8 +106,8 @@ void tree_allreduce(Communicator& comm, const AllreduceArgs& a, int trees, const
       if (t == interior || i >= static_cast<long>(s.segments)) continue;
       const Range g = segment(s, static_cast<size_t>(i));
       if (s.links.parent >= 0) {
-        s.up_send[static_cast<size_t>(i)] = reqs.isend(src + g.begin * esize, g.size() * esize,
-                                                       s.links.parent, kTagReduce + t);
+        s.up_send[static_cast<size_t>(i)] =
+            reqs.isend(src + g.begin * esize, g.size() * esize, s.links.parent, kTagReduce + t);
       } else {
         // Root without children: only when n == 1, handled before we get here.
         TESSERA_ASSERT(false, "tree root without children");

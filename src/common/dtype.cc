@@ -10,26 +10,40 @@ namespace tessera {
 
 size_t dtype_size(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32: return 4;
-    case DataType::kFloat64: return 8;
-    case DataType::kFloat16: return 2;
-    case DataType::kBFloat16: return 2;
-    case DataType::kInt32: return 4;
-    case DataType::kInt64: return 8;
-    case DataType::kUInt8: return 1;
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kFloat64:
+      return 8;
+    case DataType::kFloat16:
+      return 2;
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+      return 4;
+    case DataType::kInt64:
+      return 8;
+    case DataType::kUInt8:
+      return 1;
   }
   TESSERA_ASSERT(false, "unknown DataType ", static_cast<int>(dtype));
 }
 
 const char* dtype_name(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32: return "f32";
-    case DataType::kFloat64: return "f64";
-    case DataType::kFloat16: return "f16";
-    case DataType::kBFloat16: return "bf16";
-    case DataType::kInt32: return "i32";
-    case DataType::kInt64: return "i64";
-    case DataType::kUInt8: return "u8";
+    case DataType::kFloat32:
+      return "f32";
+    case DataType::kFloat64:
+      return "f64";
+    case DataType::kFloat16:
+      return "f16";
+    case DataType::kBFloat16:
+      return "bf16";
+    case DataType::kInt32:
+      return "i32";
+    case DataType::kInt64:
+      return "i64";
+    case DataType::kUInt8:
+      return "u8";
   }
   return "?";
 }
@@ -52,11 +66,16 @@ bool is_floating(DataType dtype) {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAverage: return "avg";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kProduct: return "prod";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAverage:
+      return "avg";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "prod";
   }
   return "?";
 }
@@ -81,10 +100,9 @@ void check_op_supported(DataType dtype, ReduceOp op) {
 size_t checked_bytes(size_t count, DataType dtype) {
   const size_t size = dtype_size(dtype);
   if (count > std::numeric_limits<size_t>::max() / size) {
-    throw InvalidArgument(detail::concat("element count ", count, " of ", dtype_name(dtype),
-                                         " overflows the byte size; at most ",
-                                         std::numeric_limits<size_t>::max() / size,
-                                         " elements are accepted"));
+    throw InvalidArgument(detail::concat(
+        "element count ", count, " of ", dtype_name(dtype), " overflows the byte size; at most ",
+        std::numeric_limits<size_t>::max() / size, " elements are accepted"));
   }
   return count * size;
 }
@@ -118,13 +136,20 @@ uint16_t float_to_bf16(float f) {
 
 double load_as_double(DataType dtype, const void* base, size_t i) {
   switch (dtype) {
-    case DataType::kFloat32: return static_cast<const float*>(base)[i];
-    case DataType::kFloat64: return static_cast<const double*>(base)[i];
-    case DataType::kFloat16: return f16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DataType::kBFloat16: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case DataType::kUInt8: return static_cast<const uint8_t*>(base)[i];
+    case DataType::kFloat32:
+      return static_cast<const float*>(base)[i];
+    case DataType::kFloat64:
+      return static_cast<const double*>(base)[i];
+    case DataType::kFloat16:
+      return f16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kBFloat16:
+      return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kInt32:
+      return static_cast<const int32_t*>(base)[i];
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DataType::kUInt8:
+      return static_cast<const uint8_t*>(base)[i];
   }
   return 0;
 }
@@ -133,8 +158,12 @@ void store_from_double(DataType dtype, void* base, size_t i, double v) {
   // Integers: through int64 and then unsigned truncation, which wraps modulo 2^bits.
   const uint64_t wrapped = static_cast<uint64_t>(static_cast<int64_t>(std::llround(v)));
   switch (dtype) {
-    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); return;
-    case DataType::kFloat64: static_cast<double*>(base)[i] = v; return;
+    case DataType::kFloat32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      return;
+    case DataType::kFloat64:
+      static_cast<double*>(base)[i] = v;
+      return;
     case DataType::kFloat16:
       static_cast<uint16_t*>(base)[i] = float_to_f16(static_cast<float>(v));
       return;
@@ -144,8 +173,12 @@ void store_from_double(DataType dtype, void* base, size_t i, double v) {
     case DataType::kInt32:
       static_cast<int32_t*>(base)[i] = static_cast<int32_t>(static_cast<uint32_t>(wrapped));
       return;
-    case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(wrapped); return;
-    case DataType::kUInt8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(wrapped); return;
+    case DataType::kInt64:
+      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(wrapped);
+      return;
+    case DataType::kUInt8:
+      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(wrapped);
+      return;
   }
 }
 

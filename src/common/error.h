@@ -71,23 +71,23 @@ std::string concat(const Parts&... parts) {
 }  // namespace tessera
 
 // Bad arguments and bad input: throws tessera::InvalidArgument with file:line and the message.
-#define TESSERA_CHECK(cond, ...)                                                             \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      throw ::tessera::InvalidArgument(::tessera::detail::format_at(__FILE__, __LINE__,     \
-                                                                   __VA_ARGS__));            \
-    }                                                                                        \
+#define TESSERA_CHECK(cond, ...)                                          \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      throw ::tessera::InvalidArgument(                                   \
+          ::tessera::detail::format_at(__FILE__, __LINE__, __VA_ARGS__)); \
+    }                                                                     \
   } while (0)
 
-#define TESSERA_CHECK_OP_(a, b, op, ...)                                                    \
-  do {                                                                                       \
-    const auto& tessera_a_ = (a);                                                            \
-    const auto& tessera_b_ = (b);                                                            \
-    if (!(tessera_a_ op tessera_b_)) {                                                       \
-      throw ::tessera::InvalidArgument(::tessera::detail::format_at(                        \
-          __FILE__, __LINE__, "expected " #a " " #op " " #b " (", tessera_a_, " vs ",       \
-          tessera_b_, "): ", __VA_ARGS__));                                                  \
-    }                                                                                        \
+#define TESSERA_CHECK_OP_(a, b, op, ...)                                                       \
+  do {                                                                                         \
+    const auto& tessera_a_ = (a);                                                              \
+    const auto& tessera_b_ = (b);                                                              \
+    if (!(tessera_a_ op tessera_b_)) {                                                         \
+      throw ::tessera::InvalidArgument(                                                        \
+          ::tessera::detail::format_at(__FILE__, __LINE__, "expected " #a " " #op " " #b " (", \
+                                       tessera_a_, " vs ", tessera_b_, "): ", __VA_ARGS__));   \
+    }                                                                                          \
   } while (0)
 
 #define TESSERA_CHECK_EQ(a, b, ...) TESSERA_CHECK_OP_(a, b, ==, __VA_ARGS__)
@@ -97,10 +97,10 @@ std::string concat(const Parts&... parts) {
 #define TESSERA_CHECK_GE(a, b, ...) TESSERA_CHECK_OP_(a, b, >=, __VA_ARGS__)
 
 // Broken invariants (a bug in tessera, not in the caller): throws tessera::InternalError.
-#define TESSERA_ASSERT(cond, ...)                                                            \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      throw ::tessera::InternalError(::tessera::detail::format_at(                          \
-          __FILE__, __LINE__, "internal error: " #cond " failed. ", ##__VA_ARGS__));         \
-    }                                                                                        \
+#define TESSERA_ASSERT(cond, ...)                                                    \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      throw ::tessera::InternalError(::tessera::detail::format_at(                   \
+          __FILE__, __LINE__, "internal error: " #cond " failed. ", ##__VA_ARGS__)); \
+    }                                                                                \
   } while (0)

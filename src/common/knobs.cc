@@ -97,11 +97,16 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
   auto get = [&](const char* name) -> const char* { return lookup(name); };
   if (const char* v = get("TESSERA_LOG_LEVEL")) {
     const std::string s = v;
-    if (s == "debug") k.log_level = LogLevel::kDebug;
-    else if (s == "info") k.log_level = LogLevel::kInfo;
-    else if (s == "warning") k.log_level = LogLevel::kWarning;
-    else if (s == "error") k.log_level = LogLevel::kError;
-    else bad_knob("TESSERA_LOG_LEVEL", s, "unknown level");
+    if (s == "debug")
+      k.log_level = LogLevel::kDebug;
+    else if (s == "info")
+      k.log_level = LogLevel::kInfo;
+    else if (s == "warning")
+      k.log_level = LogLevel::kWarning;
+    else if (s == "error")
+      k.log_level = LogLevel::kError;
+    else
+      bad_knob("TESSERA_LOG_LEVEL", s, "unknown level");
   }
   if (const char* v = get("TESSERA_TIMEOUT")) {
     char* end = nullptr;

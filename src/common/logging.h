@@ -19,9 +19,9 @@ void log(LogLevel level, const std::string& message);
 
 }  // namespace tessera
 
-#define TESSERA_LOG(level, ...)                                                               \
-  do {                                                                                        \
-    if (::tessera::LogLevel::level >= ::tessera::log_level()) {                               \
-      ::tessera::log(::tessera::LogLevel::level, ::tessera::detail::concat(__VA_ARGS__));     \
-    }                                                                                         \
+#define TESSERA_LOG(level, ...)                                                           \
+  do {                                                                                    \
+    if (::tessera::LogLevel::level >= ::tessera::log_level()) {                           \
+      ::tessera::log(::tessera::LogLevel::level, ::tessera::detail::concat(__VA_ARGS__)); \
+    }                                                                                     \
   } while (0)

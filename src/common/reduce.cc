@@ -4,10 +4,10 @@
 
 namespace tessera {
 namespace kernels {
-#define TESSERA_DECLARE_ISA(isa)                                                            \
-  namespace isa {                                                                           \
-  void reduce(DataType, ReduceOp, const void*, const void*, void*, size_t);                 \
-  void scale(DataType, double, const void*, void*, size_t);                                 \
+#define TESSERA_DECLARE_ISA(isa)                                            \
+  namespace isa {                                                           \
+  void reduce(DataType, ReduceOp, const void*, const void*, void*, size_t); \
+  void scale(DataType, double, const void*, void*, size_t);                 \
   }
 TESSERA_DECLARE_ISA(baseline)
 #if defined(TESSERA_HAVE_X86_KERNELS)

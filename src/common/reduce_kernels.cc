@@ -18,19 +18,27 @@ namespace {
 
 struct Sum {
   template <typename T>
-  static T apply(T a, T b) { return a + b; }
+  static T apply(T a, T b) {
+    return a + b;
+  }
 };
 struct Min {
   template <typename T>
-  static T apply(T a, T b) { return b < a ? b : a; }
+  static T apply(T a, T b) {
+    return b < a ? b : a;
+  }
 };
 struct Max {
   template <typename T>
-  static T apply(T a, T b) { return a < b ? b : a; }
+  static T apply(T a, T b) {
+    return a < b ? b : a;
+  }
 };
 struct Prod {
   template <typename T>
-  static T apply(T a, T b) { return a * b; }
+  static T apply(T a, T b) {
+    return a * b;
+  }
 };
 
 template <typename T, typename Op>
@@ -91,13 +99,20 @@ void binary_f16(const void* a, const void* b, void* out, size_t count) {
 template <typename Op>
 void dispatch_dtype(DataType dtype, const void* a, const void* b, void* out, size_t count) {
   switch (dtype) {
-    case DataType::kFloat32: return binary<float, Op>(a, b, out, count);
-    case DataType::kFloat64: return binary<double, Op>(a, b, out, count);
-    case DataType::kFloat16: return binary_f16<Op>(a, b, out, count);
-    case DataType::kBFloat16: return binary_bf16<Op>(a, b, out, count);
-    case DataType::kInt32: return binary<int32_t, Op>(a, b, out, count);
-    case DataType::kInt64: return binary<int64_t, Op>(a, b, out, count);
-    case DataType::kUInt8: return binary<uint8_t, Op>(a, b, out, count);
+    case DataType::kFloat32:
+      return binary<float, Op>(a, b, out, count);
+    case DataType::kFloat64:
+      return binary<double, Op>(a, b, out, count);
+    case DataType::kFloat16:
+      return binary_f16<Op>(a, b, out, count);
+    case DataType::kBFloat16:
+      return binary_bf16<Op>(a, b, out, count);
+    case DataType::kInt32:
+      return binary<int32_t, Op>(a, b, out, count);
+    case DataType::kInt64:
+      return binary<int64_t, Op>(a, b, out, count);
+    case DataType::kUInt8:
+      return binary<uint8_t, Op>(a, b, out, count);
   }
 }
 
@@ -106,10 +121,14 @@ void dispatch_dtype(DataType dtype, const void* a, const void* b, void* out, siz
 void reduce(DataType dtype, ReduceOp op, const void* a, const void* b, void* out, size_t count) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return dispatch_dtype<Sum>(dtype, a, b, out, count);
-    case ReduceOp::kMin: return dispatch_dtype<Min>(dtype, a, b, out, count);
-    case ReduceOp::kMax: return dispatch_dtype<Max>(dtype, a, b, out, count);
-    case ReduceOp::kProduct: return dispatch_dtype<Prod>(dtype, a, b, out, count);
+    case ReduceOp::kAverage:
+      return dispatch_dtype<Sum>(dtype, a, b, out, count);
+    case ReduceOp::kMin:
+      return dispatch_dtype<Min>(dtype, a, b, out, count);
+    case ReduceOp::kMax:
+      return dispatch_dtype<Max>(dtype, a, b, out, count);
+    case ReduceOp::kProduct:
+      return dispatch_dtype<Prod>(dtype, a, b, out, count);
   }
 }
 
@@ -142,7 +161,8 @@ void scale(DataType dtype, double factor, const void* in, void* out, size_t coun
       for (size_t i = 0; i < count; ++i) z[i] = f32_to_bf16(bf16_to_f32(x[i]) * f);
       return;
     }
-    default: return;  // integers are refused by the caller (check_op_supported)
+    default:
+      return;  // integers are refused by the caller (check_op_supported)
   }
 }
 

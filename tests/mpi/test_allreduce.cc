@@ -12,15 +12,15 @@
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "common/knobs.h"
+#include "mpi/test_buffer.h"
 
 namespace tessera {
 namespace comm {
 namespace {
 
-const std::vector<DataType> kDtypes = {DataType::kFloat32, DataType::kFloat64,
-                                       DataType::kFloat16, DataType::kBFloat16,
-                                       DataType::kInt32,   DataType::kInt64,
-                                       DataType::kUInt8};
+using testing::Buf;
+using testing::kAllDtypes;
+
 const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
                                     ReduceOp::kMax, ReduceOp::kProduct};
 const std::vector<size_t> kCounts = {0, 1, 7, 1023, 65537, (size_t{1} << 20) + 3};
@@ -30,10 +30,13 @@ const std::vector<size_t> kCounts = {0, 1, 7, 1023, 65537, (size_t{1} << 20) + 3
 double value(ReduceOp op, int r, size_t i) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return (r + 1) * static_cast<double>(i % 7 + 1);
+    case ReduceOp::kAverage:
+      return (r + 1) * static_cast<double>(i % 7 + 1);
     case ReduceOp::kMin:
-    case ReduceOp::kMax: return static_cast<double>((r * 3 + i) % 11);
-    case ReduceOp::kProduct: return (i + static_cast<size_t>(r)) % 3 == 0 ? 2 : 1;
+    case ReduceOp::kMax:
+      return static_cast<double>((r * 3 + i) % 11);
+    case ReduceOp::kProduct:
+      return (i + static_cast<size_t>(r)) % 3 == 0 ? 2 : 1;
   }
   return 0;
 }
@@ -42,8 +45,10 @@ double value(ReduceOp op, int r, size_t i) {
 double expected(ReduceOp op, int n, size_t i) {
   const double k = static_cast<double>(i % 7 + 1);
   switch (op) {
-    case ReduceOp::kSum: return k * n * (n + 1) / 2;
-    case ReduceOp::kAverage: return k * (n + 1) / 2.0;
+    case ReduceOp::kSum:
+      return k * n * (n + 1) / 2;
+    case ReduceOp::kAverage:
+      return k * (n + 1) / 2.0;
     case ReduceOp::kMin:
     case ReduceOp::kMax: {
       // (3r + i) mod 11 over r < n: the values {(i + 3r) mod 11}; n <= 11 distinct ones.
@@ -64,23 +69,12 @@ double expected(ReduceOp op, int n, size_t i) {
   return 0;
 }
 
-struct Buf {
-  DataType dtype;
-  std::vector<char> bytes;
-  Buf(DataType d, size_t count) : dtype(d), bytes(std::max<size_t>(1, count * dtype_size(d))) {}
-  void* data() { return bytes.data(); }
-  double at(size_t i) const { return load_as_double(dtype, bytes.data(), i); }
-  void set(size_t i, double v) { store_from_double(dtype, bytes.data(), i, v); }
-};
-
 // Number of wrong elements; reports the first one.
 size_t check(const Buf& out, size_t count, ReduceOp op, int n, const std::string& what) {
   const bool half = out.dtype == DataType::kFloat16 || out.dtype == DataType::kBFloat16;
   size_t wrong = 0;
   for (size_t i = 0; i < count; ++i) {
-    Buf one(out.dtype, 1);
-    one.set(0, expected(op, n, i));  // the expected value as the dtype holds it
-    const double want = one.at(0);
+    const double want = Buf::as(out.dtype, expected(op, n, i));
     const double got = out.at(i);
     const double tol = half ? 1e-2 * std::fabs(want) : 0.0;
     if (!(std::fabs(got - want) <= tol)) {
@@ -116,7 +110,7 @@ void run_matrix(Communicator& comm, Algorithm algorithm) {
       opts.segment_bytes = 1024;
       opts.shm_bytes = 16 << 10;
     }
-    for (DataType dt : kDtypes) {
+    for (DataType dt : kAllDtypes) {
       for (ReduceOp op : kOps) {
         if (op == ReduceOp::kAverage && !is_floating(dt)) continue;
         opts.op = op;
@@ -129,9 +123,7 @@ void run_matrix(Communicator& comm, Algorithm algorithm) {
         EXPECT_EQ(check(out, count, op, n, what + " out of place"), 0u);
         // The input is untouched out of place.
         for (size_t i = 0; i < std::min<size_t>(count, 64); ++i) {
-          Buf one(dt, 1);
-          one.set(0, value(op, r, i));
-          ASSERT_EQ(in.at(i), one.at(0)) << what << ": input changed at " << i;
+          ASSERT_EQ(in.at(i), Buf::as(dt, value(op, r, i))) << what << ": input changed at " << i;
         }
         // In place, on the largest count only for f32 (it is the same code path).
         if (count < (size_t{1} << 20) || dt == DataType::kFloat32) {

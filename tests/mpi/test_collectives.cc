@@ -13,25 +13,16 @@
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "common/knobs.h"
+#include "mpi/test_buffer.h"
 
 namespace tessera {
 namespace comm {
 namespace {
 
-const std::vector<DataType> kDtypes = {DataType::kFloat32, DataType::kFloat64,
-                                       DataType::kFloat16, DataType::kBFloat16,
-                                       DataType::kInt32,   DataType::kInt64,
-                                       DataType::kUInt8};
-const std::vector<size_t> kCounts = {0, 1, 7, 1023, 65537};
+using testing::Buf;
+using testing::kAllDtypes;
 
-struct Buf {
-  DataType dtype;
-  std::vector<char> bytes;
-  Buf(DataType d, size_t count) : dtype(d), bytes(std::max<size_t>(1, count * dtype_size(d))) {}
-  char* data() { return bytes.data(); }
-  double at(size_t i) const { return load_as_double(dtype, bytes.data(), i); }
-  void set(size_t i, double v) { store_from_double(dtype, bytes.data(), i, v); }
-};
+const std::vector<size_t> kCounts = {0, 1, 7, 1023, 65537};
 
 // A value that identifies (rank, index) and is exact in every dtype (< 256).
 double tag(int r, size_t i) { return static_cast<double>((r * 37 + i * 11) % 251); }
@@ -49,7 +40,7 @@ Communicator* CollectivesTest::world_ = nullptr;
 
 TEST_F(CollectivesTest, AllgatherInAndOutOfPlace) {
   const int n = world_->size(), r = world_->rank();
-  for (DataType dt : kDtypes) {
+  for (DataType dt : kAllDtypes) {
     for (size_t count : kCounts) {
       Buf in(dt, count), out(dt, count * n);
       for (size_t i = 0; i < count; ++i) in.set(i, tag(r, i));
@@ -72,7 +63,7 @@ TEST_F(CollectivesTest, AllgathervWithUnequalCounts) {
   std::vector<size_t> counts(n);
   size_t total = 0;
   for (int q = 0; q < n; ++q) total += counts[q] = static_cast<size_t>(q * 3 % 5);  // zeros too
-  for (DataType dt : kDtypes) {
+  for (DataType dt : kAllDtypes) {
     Buf in(dt, counts[r]), out(dt, total);
     for (size_t i = 0; i < counts[r]; ++i) in.set(i, tag(r, i));
     allgatherv(*world_, in.data(), out.data(), counts, dt);
@@ -85,7 +76,7 @@ TEST_F(CollectivesTest, AllgathervWithUnequalCounts) {
 
 TEST_F(CollectivesTest, BroadcastFromEveryRoot) {
   const int n = world_->size(), r = world_->rank();
-  for (DataType dt : kDtypes) {
+  for (DataType dt : kAllDtypes) {
     for (size_t count : kCounts) {
       for (int root = 0; root < n; ++root) {
         Buf b(dt, count);
@@ -101,7 +92,7 @@ TEST_F(CollectivesTest, BroadcastFromEveryRoot) {
 
 TEST_F(CollectivesTest, ReduceScatterEveryOp) {
   const int n = world_->size(), r = world_->rank();
-  for (DataType dt : kDtypes) {
+  for (DataType dt : kAllDtypes) {
     for (size_t block : kCounts) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax}) {
         if (op == ReduceOp::kAverage && !is_floating(dt)) continue;
@@ -113,16 +104,24 @@ TEST_F(CollectivesTest, ReduceScatterEveryOp) {
           const double k = static_cast<double>((r * block + i) % 7 + 1);
           double want = 0;
           switch (op) {
-            case ReduceOp::kSum: want = k * n * (n + 1) / 2; break;
-            case ReduceOp::kAverage: want = k * (n + 1) / 2.0; break;
-            case ReduceOp::kMin: want = k; break;
-            case ReduceOp::kMax: want = k * n; break;
-            default: break;
+            case ReduceOp::kSum:
+              want = k * n * (n + 1) / 2;
+              break;
+            case ReduceOp::kAverage:
+              want = k * (n + 1) / 2.0;
+              break;
+            case ReduceOp::kMin:
+              want = k;
+              break;
+            case ReduceOp::kMax:
+              want = k * n;
+              break;
+            default:
+              break;
           }
-          Buf one(dt, 1);
-          one.set(0, want);
-          const double tol = dtype_size(dt) == 2 ? 1e-2 * std::fabs(one.at(0)) : 0;
-          ASSERT_NEAR(out.at(i), one.at(0), tol)
+          want = Buf::as(dt, want);
+          const double tol = dtype_size(dt) == 2 ? 1e-2 * std::fabs(want) : 0;
+          ASSERT_NEAR(out.at(i), want, tol)
               << dtype_name(dt) << " " << reduce_op_name(op) << " block " << block << " i " << i;
         }
       }
@@ -132,7 +131,7 @@ TEST_F(CollectivesTest, ReduceScatterEveryOp) {
 
 TEST_F(CollectivesTest, AlltoallAndAlltoallv) {
   const int n = world_->size(), r = world_->rank();
-  for (DataType dt : kDtypes) {
+  for (DataType dt : kAllDtypes) {
     for (size_t block : kCounts) {
       Buf in(dt, block * n), out(dt, block * n);
       // Block j of rank r carries tag(r * n + j, i): rank j must find it in its block r.
@@ -233,8 +232,8 @@ TEST_F(CollectivesTest, AMissingRankIsNamedNotAHang) {
   Knobs k = saved;
   k.timeout_s = 1.5;
   set_knobs(k);
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kRhd, Algorithm::kDbtree,
-                      Algorithm::kHierarchical}) {
+  for (Algorithm a :
+       {Algorithm::kRing, Algorithm::kRhd, Algorithm::kDbtree, Algorithm::kHierarchical}) {
     if (a == Algorithm::kHierarchical && !world_->uniform_nodes()) continue;
     // A throw-away communicator: the abandoned collective leaves messages behind in it.
     auto scratch = world_->dup();
@@ -257,8 +256,7 @@ TEST_F(CollectivesTest, AMissingRankIsNamedNotAHang) {
         EXPECT_NE(what.find("rank"), std::string::npos) << what;
         // In the ring, rank 0 receives from the missing rank: it names it.
         if (a == Algorithm::kRing && world_->rank() == 0) {
-          EXPECT_NE(what.find("world rank " + std::to_string(missing)), std::string::npos)
-              << what;
+          EXPECT_NE(what.find("world rank " + std::to_string(missing)), std::string::npos) << what;
         }
       }
     }

@@ -14,18 +14,21 @@
 namespace tessera {
 namespace {
 
-const std::vector<DataType> kDtypes = {DataType::kFloat32, DataType::kFloat64,
-                                       DataType::kFloat16, DataType::kBFloat16,
-                                       DataType::kInt32,   DataType::kInt64,
+const std::vector<DataType> kDtypes = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+                                       DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
                                        DataType::kUInt8};
 
 double ref(ReduceOp op, double a, double b) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return a + b;
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
-    case ReduceOp::kProduct: return a * b;
+    case ReduceOp::kAverage:
+      return a + b;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kProduct:
+      return a * b;
   }
   return 0;
 }
@@ -43,7 +46,8 @@ TEST(Reduce, MatchesScalarReferenceOnEveryDtypeAndOp) {
         }
         reduce(dt, op, a.data(), b.data(), out.data(), count);
         for (size_t i = 0; i < count; ++i) {
-          const double want = ref(op, load_as_double(dt, a.data(), i), load_as_double(dt, b.data(), i));
+          const double want =
+              ref(op, load_as_double(dt, a.data(), i), load_as_double(dt, b.data(), i));
           ASSERT_EQ(load_as_double(dt, out.data(), i), want)
               << dtype_name(dt) << " " << reduce_op_name(op) << " count " << count << " i " << i;
         }
@@ -60,11 +64,11 @@ TEST(Reduce, HalfTypesAccumulateInF32AndRoundToNearestEven) {
   uint16_t a = float_to_f16(2048.0f), b = float_to_f16(1.0f), out = 0;
   reduce(DataType::kFloat16, ReduceOp::kSum, &a, &b, &out, 1);
   EXPECT_EQ(f16_to_float(out), 2048.0f);
-  // 2048 + 3 = 2051 rounds to 2052 (ties to even, 2051 is between 2050 and 2052: nearest 2052).
+  // 2048 + 3 = 2051 is a tie between 2050 and 2052: ties go to the even mantissa, 2052.
   b = float_to_f16(3.0f);
   reduce(DataType::kFloat16, ReduceOp::kSum, &a, &b, &out, 1);
   EXPECT_EQ(f16_to_float(out), 2052.0f);
-  // bf16: 256 + 1 -> 256 (8 bits of mantissa), 256 + 3 -> 260.
+  // bf16 (spacing 2 from 256 on): 257 is a tie that goes to 256, 259 one that goes to 260.
   uint16_t c = float_to_bf16(256.0f), d = float_to_bf16(1.0f), e = 0;
   reduce(DataType::kBFloat16, ReduceOp::kSum, &c, &d, &e, 1);
   EXPECT_EQ(bf16_to_float(e), 256.0f);
@@ -74,22 +78,22 @@ TEST(Reduce, HalfTypesAccumulateInF32AndRoundToNearestEven) {
   // NaN stays NaN in bf16 instead of rounding to infinity.
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
   // A vector long enough for the SIMD path agrees with the scalar conversion everywhere.
-  std::vector<uint16_t> x(1001), y(1001), z(1001);
-  for (size_t i = 0; i < x.size(); ++i) {
-    x[i] = float_to_bf16(static_cast<float>(i) * 0.37f);
-    y[i] = float_to_bf16(static_cast<float>(i) * -1.13f + 5);
-  }
-  reduce(DataType::kBFloat16, ReduceOp::kSum, x.data(), y.data(), z.data(), x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    EXPECT_EQ(z[i], float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(y[i]))) << i;
-  }
-  for (size_t i = 0; i < x.size(); ++i) {
-    x[i] = float_to_f16(static_cast<float>(i) * 0.37f);
-    y[i] = float_to_f16(static_cast<float>(i) * -1.13f + 5);
-  }
-  reduce(DataType::kFloat16, ReduceOp::kSum, x.data(), y.data(), z.data(), x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    EXPECT_EQ(z[i], float_to_f16(f16_to_float(x[i]) + f16_to_float(y[i]))) << i;
+  struct Half {
+    DataType dtype;
+    uint16_t (*to)(float);
+    float (*from)(uint16_t);
+  };
+  for (const Half& h : {Half{DataType::kBFloat16, float_to_bf16, bf16_to_float},
+                        Half{DataType::kFloat16, float_to_f16, f16_to_float}}) {
+    std::vector<uint16_t> x(1001), y(1001), z(1001);
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = h.to(static_cast<float>(i) * 0.37f);
+      y[i] = h.to(static_cast<float>(i) * -1.13f + 5);
+    }
+    reduce(h.dtype, ReduceOp::kSum, x.data(), y.data(), z.data(), x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(z[i], h.to(h.from(x[i]) + h.from(y[i]))) << dtype_name(h.dtype) << " " << i;
+    }
   }
 }
 
@@ -115,10 +119,11 @@ TEST(Dtype, NamesRoundTripAndBadInputSaysWhatIsAccepted) {
     parse_dtype("f8");
     FAIL();
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("accepted: f32 f64 f16 bf16 i32 i64 u8"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("accepted: f32 f64 f16 bf16 i32 i64 u8"),
+              std::string::npos);
   }
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
-                      ReduceOp::kProduct}) {
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
     EXPECT_EQ(parse_reduce_op(reduce_op_name(op)), op);
   }
   EXPECT_THROW(parse_reduce_op("xor"), InvalidArgument);

@@ -34,9 +34,12 @@ TEST(Override, Grammar) {
   EXPECT_EQ(suffixes[1].algorithm, Algorithm::kHierarchical);
   // The bad part is quoted, and what is accepted is said.
   const std::pair<const char*, const char*> bad[] = {
-      {"ring:0-10;warp:11-max", "'warp:11-max'"}, {"ring:10", "'ring:10'"},
-      {"ring:5-1", "'ring:5-1'"},                 {"ring:0-1X", "'ring:0-1X'"},
-      {"ring:0-100;rhd:50-200", "'rhd:50-200'"},  {"ring;;rhd", "''"},
+      {"ring:0-10;warp:11-max", "'warp:11-max'"},
+      {"ring:10", "'ring:10'"},
+      {"ring:5-1", "'ring:5-1'"},
+      {"ring:0-1X", "'ring:0-1X'"},
+      {"ring:0-100;rhd:50-200", "'rhd:50-200'"},
+      {"ring;;rhd", "''"},
   };
   for (const auto& b : bad) {
     try {
@@ -96,8 +99,8 @@ TEST(Selector, MeasuredCurvesDecideWhenTheShapeMatches) {
   MeasuredCurve rhd{Algorithm::kRhd, 2, 1, {{8, 5.0}, {1024, 30.0}, {1 << 20, 300.0}}};
   // Everything else measured as slow.
   t.measured = {ring, rhd};
-  for (Algorithm a : {Algorithm::kDbtree, Algorithm::kMulticolor, Algorithm::kHierarchical,
-                      Algorithm::kMpi}) {
+  for (Algorithm a :
+       {Algorithm::kDbtree, Algorithm::kMulticolor, Algorithm::kHierarchical, Algorithm::kMpi}) {
     t.measured.push_back({a, 2, 1, {{8, 1000.0}, {1 << 20, 100000.0}}});
   }
   const CommShape shape{2, 1, 2, true};
@@ -112,7 +115,8 @@ TEST(Selector, MeasuredCurvesDecideWhenTheShapeMatches) {
   EXPECT_DOUBLE_EQ(predict_us(t, Algorithm::kRing, shape, 1 << 21), 200.0);
   // A different shape falls back to the formulas.
   const CommShape other{4, 1, 4, true};
-  EXPECT_EQ(predict_us(t, Algorithm::kRing, other, 1024), predict_us(CostTable{}, Algorithm::kRing, other, 1024));
+  EXPECT_EQ(predict_us(t, Algorithm::kRing, other, 1024),
+            predict_us(CostTable{}, Algorithm::kRing, other, 1024));
 }
 
 TEST(Selector, FitLinkRecoversParameters) {
@@ -140,9 +144,11 @@ TEST(CostTableJson, RoundTripsAndRejectsBadFields) {
   EXPECT_THROW(cost_table_from_json("{"), InvalidArgument);
   EXPECT_THROW(cost_table_from_json(R"({"p2p": {"alpha_us": "fast"}})"), InvalidArgument);
   EXPECT_THROW(cost_table_from_json(R"({"measured": [{"algorithm": "warp", "ranks": 2,
-      "nodes": 1, "points": []}]})"), InvalidArgument);
+      "nodes": 1, "points": []}]})"),
+               InvalidArgument);
   EXPECT_THROW(cost_table_from_json(R"({"measured": [{"algorithm": "ring", "ranks": 2,
-      "nodes": 1, "points": [[8, -1]]}]})"), InvalidArgument);
+      "nodes": 1, "points": [[8, -1]]}]})"),
+               InvalidArgument);
 }
 
 TEST(AlgorithmNames, RoundTripAndUnknownListsAccepted) {
@@ -152,8 +158,9 @@ TEST(AlgorithmNames, RoundTripAndUnknownListsAccepted) {
     parse_algorithm("nccl");
     FAIL();
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("accepted: auto ring rhd dbtree multicolor hierarchical mpi"),
-              std::string::npos);
+    EXPECT_NE(
+        std::string(e.what()).find("accepted: auto ring rhd dbtree multicolor hierarchical mpi"),
+        std::string::npos);
   }
 }
 
