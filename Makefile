@@ -21,9 +21,10 @@ bootstrap:
 	@bash scripts/bootstrap.sh
 
 build: bootstrap
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > $(BUILD).configure.log 2>&1 || \
-	  (cat $(BUILD).configure.log; exit 1)
-	@cmake --build $(BUILD) -j$(JOBS)
+	@mkdir -p $(BUILD)
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > $(BUILD)/configure.log 2>&1 || \
+	  (cat $(BUILD)/configure.log; exit 1)
+	@cmake --build $(BUILD) -j$(JOBS) -- --no-print-directory
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 1800
@@ -34,4 +35,4 @@ demo: build
 	$(MPIRUN) -np $(NP) $(BUILD)/apps/tessera/tessera bench allreduce --algo all -b 8 -e 64M -f 8
 
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log
+	rm -rf $(BUILD)

@@ -91,7 +91,8 @@ struct Row {
 // The row's time per call: calls run in batches long enough (>= 50 us) for the clock's
 // resolution not to matter; the median over `iterations` batches on each rank, then the
 // slowest rank's. Every rank runs the same number of calls (the batch size is agreed).
-double time_calls(Communicator& world, int warmup, int iterations, const std::function<void()>& fn) {
+double time_calls(Communicator& world, int warmup, int iterations,
+                  const std::function<void()>& fn) {
   comm::AllreduceOptions max;
   max.op = ReduceOp::kMax;
   max.algorithm = Algorithm::kMpi;
@@ -102,7 +103,8 @@ double time_calls(Communicator& world, int warmup, int iterations, const std::fu
     estimate = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   }
   comm::allreduce(world, &estimate, &estimate, 1, DataType::kFloat64, max);
-  const int batch = static_cast<int>(std::clamp(std::ceil(50.0 / std::max(estimate, 1e-3)), 1.0, 1000.0));
+  const int batch =
+      static_cast<int>(std::clamp(std::ceil(50.0 / std::max(estimate, 1e-3)), 1.0, 1000.0));
   comm::barrier(world);
   std::vector<double> us;
   us.reserve(static_cast<size_t>(iterations));

@@ -12,7 +12,7 @@
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "common/knobs.h"
-#include "mpi/test_buffer.h"
+#include "mpi/mpi_test_util.h"
 
 namespace tessera {
 namespace comm {
@@ -87,16 +87,7 @@ size_t check(const Buf& out, size_t count, ReduceOp op, int n, const std::string
   return wrong;
 }
 
-class AllreduceTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { world_ = Communicator::world().release(); }
-  static void TearDownTestSuite() {
-    delete world_;
-    world_ = nullptr;
-  }
-  static Communicator* world_;
-};
-Communicator* AllreduceTest::world_ = nullptr;
+class AllreduceTest : public testing::WorldTest {};
 
 void run_matrix(Communicator& comm, Algorithm algorithm) {
   const int n = comm.size();

@@ -13,7 +13,7 @@
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "common/knobs.h"
-#include "mpi/test_buffer.h"
+#include "mpi/mpi_test_util.h"
 
 namespace tessera {
 namespace comm {
@@ -27,16 +27,7 @@ const std::vector<size_t> kCounts = {0, 1, 7, 1023, 65537};
 // A value that identifies (rank, index) and is exact in every dtype (< 256).
 double tag(int r, size_t i) { return static_cast<double>((r * 37 + i * 11) % 251); }
 
-class CollectivesTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { world_ = Communicator::world().release(); }
-  static void TearDownTestSuite() {
-    delete world_;
-    world_ = nullptr;
-  }
-  static Communicator* world_;
-};
-Communicator* CollectivesTest::world_ = nullptr;
+class CollectivesTest : public testing::WorldTest {};
 
 TEST_F(CollectivesTest, AllgatherInAndOutOfPlace) {
   const int n = world_->size(), r = world_->rank();

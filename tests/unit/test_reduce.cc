@@ -60,21 +60,23 @@ TEST(Reduce, MatchesScalarReferenceOnEveryDtypeAndOp) {
 }
 
 TEST(Reduce, HalfTypesAccumulateInF32AndRoundToNearestEven) {
-  // 2048 + 1 is not representable in f16 (spacing 2): nearest even gives 2048.
-  uint16_t a = float_to_f16(2048.0f), b = float_to_f16(1.0f), out = 0;
-  reduce(DataType::kFloat16, ReduceOp::kSum, &a, &b, &out, 1);
-  EXPECT_EQ(f16_to_float(out), 2048.0f);
-  // 2048 + 3 = 2051 is a tie between 2050 and 2052: ties go to the even mantissa, 2052.
-  b = float_to_f16(3.0f);
-  reduce(DataType::kFloat16, ReduceOp::kSum, &a, &b, &out, 1);
-  EXPECT_EQ(f16_to_float(out), 2052.0f);
-  // bf16 (spacing 2 from 256 on): 257 is a tie that goes to 256, 259 one that goes to 260.
-  uint16_t c = float_to_bf16(256.0f), d = float_to_bf16(1.0f), e = 0;
-  reduce(DataType::kBFloat16, ReduceOp::kSum, &c, &d, &e, 1);
-  EXPECT_EQ(bf16_to_float(e), 256.0f);
-  d = float_to_bf16(3.0f);
-  reduce(DataType::kBFloat16, ReduceOp::kSum, &c, &d, &e, 1);
-  EXPECT_EQ(bf16_to_float(e), 260.0f);
+  // f16 has spacing 2 from 2048 on, bf16 from 256 on: x + 1 and x + 3 are ties, which go to
+  // the even mantissa (x and x + 4).
+  struct Tie {
+    DataType dtype;
+    uint16_t (*to)(float);
+    float (*from)(uint16_t);
+    float x;
+  };
+  for (const Tie& t : {Tie{DataType::kFloat16, float_to_f16, f16_to_float, 2048.0f},
+                       Tie{DataType::kBFloat16, float_to_bf16, bf16_to_float, 256.0f}}) {
+    const uint16_t x = t.to(t.x), one = t.to(1.0f), three = t.to(3.0f);
+    uint16_t out = 0;
+    reduce(t.dtype, ReduceOp::kSum, &x, &one, &out, 1);
+    EXPECT_EQ(t.from(out), t.x) << dtype_name(t.dtype);
+    reduce(t.dtype, ReduceOp::kSum, &x, &three, &out, 1);
+    EXPECT_EQ(t.from(out), t.x + 4) << dtype_name(t.dtype);
+  }
   // NaN stays NaN in bf16 instead of rounding to infinity.
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
   // A vector long enough for the SIMD path agrees with the scalar conversion everywhere.
