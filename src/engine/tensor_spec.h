@@ -1,0 +1,45 @@
+// What every rank must agree on about one named collective before it runs: the coordinator
+// compares these field by field, the response cache keys on them, fusion groups by them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace tessera {
+namespace engine {
+
+enum class OpType : uint8_t { kAllreduce, kAllgather, kBroadcast, kReduceScatter, kAlltoall };
+
+const char* op_type_name(OpType op);
+
+struct TensorSpec {
+  std::string name;
+  OpType op = OpType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  ReduceOp reduce_op = ReduceOp::kSum;  // allreduce, reduce-scatter
+  int root = 0;                         // broadcast
+  double prescale = 1.0;                // multiplied in before the reduction
+  double postscale = 1.0;               // multiplied in after it
+  int group = -1;                       // grouped collectives: released together; -1 none
+  int process_set = 0;                  // 0: the global set
+
+  // Elements and bytes of this rank's input.
+  size_t elements() const;
+  size_t bytes() const { return checked_bytes(elements(), dtype); }
+};
+
+// Describes the first field where a and b differ ("dtype f32 vs f16"), or "" when they agree.
+// allgather may differ in the first dimension (each rank contributes its own rows).
+std::string spec_difference(const TensorSpec& a, const TensorSpec& b);
+
+// Fusion compatibility: same op, dtype, reduce op, scale factors and process set (such tensors
+// can share one collective over a packed buffer). Only allreduce fuses today.
+bool fusable(const TensorSpec& a, const TensorSpec& b);
+
+}  // namespace engine
+}  // namespace tessera

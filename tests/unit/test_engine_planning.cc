@@ -1,0 +1,222 @@
+// The engine's pure pieces: spec comparison, the response cache (LRU, bit reuse, identical
+// mapping for identical histories) and the fusion planner (exhaustive properties over random
+// ready lists).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "common/error.h"
+#include "engine/fusion.h"
+#include "engine/response_cache.h"
+#include "engine/tensor_spec.h"
+
+namespace tessera {
+namespace engine {
+namespace {
+
+TensorSpec spec(const std::string& name, std::vector<int64_t> shape = {4},
+                DataType dt = DataType::kFloat32) {
+  TensorSpec s;
+  s.name = name;
+  s.shape = std::move(shape);
+  s.dtype = dt;
+  return s;
+}
+
+TEST(TensorSpec, DifferenceNamesTheFirstFieldThatDiffers) {
+  TensorSpec a = spec("w", {3, 4});
+  EXPECT_EQ(spec_difference(a, a), "");
+  TensorSpec b = a;
+  b.dtype = DataType::kFloat16;
+  EXPECT_EQ(spec_difference(a, b), "dtype f32 vs f16");
+  b = a;
+  b.shape = {3, 5};
+  EXPECT_EQ(spec_difference(a, b), "shape [3, 4] vs [3, 5]");
+  b = a;
+  b.reduce_op = ReduceOp::kMax;
+  EXPECT_EQ(spec_difference(a, b), "reduce op sum vs max");
+  b = a;
+  b.op = OpType::kBroadcast;
+  EXPECT_EQ(spec_difference(a, b), "op allreduce vs broadcast");
+  // allgather: the first dimension may differ, the others may not.
+  a.op = b.op = OpType::kAllgather;
+  b.shape = {7, 4};
+  EXPECT_EQ(spec_difference(a, b), "");
+  b.shape = {7, 5};
+  EXPECT_EQ(spec_difference(a, b), "shape [3, 4] vs [7, 5]");
+  a.op = b.op = OpType::kBroadcast;
+  b.shape = a.shape;
+  b.root = 2;
+  EXPECT_EQ(spec_difference(a, b), "root 0 vs 2");
+  b.root = 0;
+  b.postscale = 0.5;
+  EXPECT_EQ(spec_difference(a, b), "scale factors (1, 1) vs (1, 0.5)");
+  EXPECT_EQ(spec(" x", {2, 3}).bytes(), 24u);
+  EXPECT_THROW(spec("neg", {2, -1}).elements(), InvalidArgument);
+}
+
+TEST(ResponseCache, HitMissInvalidAndBitsFromZero) {
+  ResponseCache c(4);
+  EXPECT_EQ(c.lookup(spec("a")).state, ResponseCache::State::kMiss);
+  EXPECT_EQ(c.put(spec("a")), 0);
+  EXPECT_EQ(c.put(spec("b")), 1);
+  EXPECT_EQ(c.lookup(spec("a")).state, ResponseCache::State::kHit);
+  EXPECT_EQ(c.lookup(spec("b")).bit, 1);
+  const auto inv = c.lookup(spec("a", {5}));
+  EXPECT_EQ(inv.state, ResponseCache::State::kInvalid);
+  EXPECT_EQ(inv.bit, 0);
+  // Re-putting under the same name keeps the bit and takes the new spec.
+  EXPECT_EQ(c.put(spec("a", {5})), 0);
+  EXPECT_EQ(c.lookup(spec("a", {5})).state, ResponseCache::State::kHit);
+  EXPECT_EQ(c.size(), 2u);
+}
+
+TEST(ResponseCache, EvictsLeastRecentlyUsedAndReusesItsBit) {
+  ResponseCache c(3);
+  c.put(spec("a"));  // bit 0
+  c.put(spec("b"));  // bit 1
+  c.put(spec("c"));  // bit 2
+  c.touch(0);        // order now b, c, a
+  EXPECT_EQ(c.lru_order(), (std::vector<int>{1, 2, 0}));
+  EXPECT_EQ(c.put(spec("d")), 1);  // evicts b, reuses its bit
+  EXPECT_EQ(c.lookup(spec("b")).state, ResponseCache::State::kMiss);
+  EXPECT_EQ(c.spec(1).name, "d");
+  c.erase(2);
+  c.erase(0);
+  EXPECT_EQ(c.put(spec("e")), 0);  // lowest free bit first
+  EXPECT_EQ(c.put(spec("f")), 2);
+  EXPECT_EQ(c.size(), 3u);
+}
+
+TEST(ResponseCache, OffWhenCapacityZero) {
+  ResponseCache c(0);
+  EXPECT_EQ(c.put(spec("a")), -1);
+  EXPECT_EQ(c.lookup(spec("a")).state, ResponseCache::State::kMiss);
+  EXPECT_EQ(c.size(), 0u);
+}
+
+// Two caches fed the same history (as every rank is) hold the same name-to-bit mapping and LRU
+// order at every step, through thousands of random puts, touches, erasures and evictions.
+TEST(ResponseCache, IdenticalHistoriesGiveIdenticalMappings) {
+  for (size_t capacity : {1u, 2u, 7u, 64u}) {
+    ResponseCache a(capacity), b(capacity);
+    std::mt19937 rng(static_cast<unsigned>(capacity));
+    for (int step = 0; step < 5000; ++step) {
+      const int what = static_cast<int>(rng() % 3);
+      const std::string name = "t" + std::to_string(rng() % (capacity * 2 + 3));
+      if (what == 0) {
+        const TensorSpec s = spec(name, {static_cast<int64_t>(rng() % 3 + 1)});
+        ASSERT_EQ(a.put(s), b.put(s));
+      } else {
+        const auto l = a.lookup(spec(name));
+        ASSERT_EQ(l.bit, b.lookup(spec(name)).bit);
+        if (l.bit >= 0) {
+          if (what == 1) {
+            a.touch(l.bit);
+            b.touch(l.bit);
+          } else {
+            a.erase(l.bit);
+            b.erase(l.bit);
+          }
+        }
+      }
+      ASSERT_LE(a.size(), capacity);
+      ASSERT_EQ(a.lru_order(), b.lru_order());
+      for (int bit : a.lru_order()) ASSERT_EQ(a.spec(bit).name, b.spec(bit).name);
+    }
+  }
+}
+
+TEST(BitVector, AndOrAndSetBits) {
+  BitVector x(130), y(130);
+  for (size_t i : {0u, 5u, 64u, 129u}) x.set(i);
+  for (size_t i : {5u, 64u, 100u}) y.set(i);
+  BitVector both = x;
+  both.and_with(y);
+  EXPECT_EQ(both.set_bits(), (std::vector<size_t>{5, 64}));
+  BitVector either = x;
+  either.or_with(y);
+  EXPECT_EQ(either.set_bits(), (std::vector<size_t>{0, 5, 64, 100, 129}));
+  either.clear(64);
+  EXPECT_FALSE(either.test(64));
+  EXPECT_FALSE(BitVector(10).any());
+  EXPECT_EQ(x.words().size(), 3u);
+}
+
+// Properties of plan_fusion on random ready lists: a partition, threshold respected, batches
+// fusable, groups whole unless larger than the threshold, deterministic.
+TEST(Fusion, RandomListsSatisfyEveryRule) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const size_t n = rng() % 40;
+    const size_t threshold = (trial % 10 == 0) ? 0 : (rng() % 4096) + 1;
+    std::vector<TensorSpec> ready;
+    for (size_t i = 0; i < n; ++i) {
+      TensorSpec s = spec("t" + std::to_string(i), {static_cast<int64_t>(rng() % 600)},
+                          rng() % 5 == 0 ? DataType::kFloat16 : DataType::kFloat32);
+      if (rng() % 7 == 0) s.op = OpType::kBroadcast;
+      if (rng() % 9 == 0) s.reduce_op = ReduceOp::kMax;
+      s.group = rng() % 3 == 0 ? static_cast<int>(rng() % 4) : -1;
+      ready.push_back(s);
+    }
+    const auto batches = plan_fusion(ready, threshold);
+    ASSERT_EQ(batches, plan_fusion(ready, threshold));  // deterministic
+    std::vector<int> seen(n, 0);
+    std::vector<std::set<size_t>> batches_of_group(4);
+    std::vector<size_t> group_bytes(4, 0);
+    for (const TensorSpec& s : ready) {
+      if (s.group >= 0) group_bytes[static_cast<size_t>(s.group)] += s.bytes();
+    }
+    for (size_t b = 0; b < batches.size(); ++b) {
+      const FusionBatch& batch = batches[b];
+      ASSERT_FALSE(batch.items.empty());
+      size_t bytes = 0;
+      for (size_t i : batch.items) {
+        ++seen[i];
+        bytes += ready[i].bytes();
+        if (batch.items.size() > 1) {
+          EXPECT_TRUE(fusable(ready[i], ready[batch.items.front()])) << "trial " << trial;
+        }
+        if (ready[i].group >= 0) batches_of_group[static_cast<size_t>(ready[i].group)].insert(b);
+      }
+      EXPECT_EQ(bytes, batch.bytes);
+      if (batch.items.size() > 1) {
+        EXPECT_LE(bytes, threshold) << "trial " << trial;
+      }
+    }
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1) << "trial " << trial << " item " << i;
+    // A group whose members all fuse with each other and fit under the threshold is one batch.
+    std::vector<const TensorSpec*> first(4, nullptr);
+    std::vector<bool> fusable_group(4, threshold > 0);
+    for (const TensorSpec& s : ready) {
+      if (s.group < 0) continue;
+      const size_t g = static_cast<size_t>(s.group);
+      if (first[g] == nullptr) first[g] = &s;
+      fusable_group[g] = fusable_group[g] && s.op == OpType::kAllreduce && fusable(s, *first[g]);
+    }
+    for (size_t g = 0; g < 4; ++g) {
+      if (fusable_group[g] && group_bytes[g] <= threshold) {
+        EXPECT_LE(batches_of_group[g].size(), 1u) << "trial " << trial << " group " << g;
+      }
+    }
+  }
+}
+
+TEST(Fusion, PacksSmallTensorsPastALargeOne) {
+  // 3 tensors of 400 B, 4000 B, 400 B with a 1000 B threshold: the two small ones fuse.
+  std::vector<TensorSpec> ready = {spec("a", {100}), spec("big", {1000}), spec("c", {100})};
+  const auto batches = plan_fusion(ready, 1000);
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].items, (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(batches[1].items, (std::vector<size_t>{1}));
+  // Fusion off: one per batch, in order.
+  const auto off = plan_fusion(ready, 0);
+  ASSERT_EQ(off.size(), 3u);
+  EXPECT_EQ(off[1].items, (std::vector<size_t>{1}));
+}
+
+}  // namespace
+}  // namespace engine
+}  // namespace tessera
