@@ -59,6 +59,18 @@ const std::vector<KnobInfo>& knob_table() {
        "bytes per rank staged through node-local shared memory at a time (hierarchical)"},
       {"TESSERA_COST_TABLE", "(empty: built in)", "a path to a JSON file",
        "cost table written by `tessera bench allreduce --calibrate`, used by auto"},
+      {"TESSERA_CYCLE_TIME", "1", "milliseconds, a number >= 0",
+       "time between the engine's negotiation cycles; 0 starts a cycle as soon as work arrives"},
+      {"TESSERA_FUSION_THRESHOLD", "128MiB", "a byte size (K/M/G suffixes), 0 turns fusion off",
+       "ready tensors are packed into one fusion buffer up to this size"},
+      {"TESSERA_CACHE_CAPACITY", "1024", "an integer from 0 to 1048576",
+       "entries of the engine's response cache; 0 turns it off"},
+      {"TESSERA_STALL_CHECK_TIME", "60", "seconds, a number > 0",
+       "a tensor waiting longer than this for other ranks is reported with the ranks it waits on"},
+      {"TESSERA_STALL_SHUTDOWN_TIME", "0", "seconds, a number >= 0 (0: never)",
+       "a stall longer than this fails every pending handle with the stall report"},
+      {"TESSERA_TIMELINE", "(empty: none)", "a path to a JSON file",
+       "Chrome/Perfetto trace of the engine: negotiation, queue, fusion copies, collectives"},
   };
   return table;
 }
@@ -136,6 +148,24 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
   bytes_knob("TESSERA_SEGMENT_BYTES", size_t{1} << 10, size_t{1} << 30, &k.segment_bytes);
   bytes_knob("TESSERA_SHM_BYTES", size_t{4} << 10, size_t{1} << 30, &k.shm_bytes);
   if (const char* v = get("TESSERA_COST_TABLE")) k.cost_table = v;
+  auto seconds_knob = [&](const char* name, bool allow_zero, double* out) {
+    const char* v = get(name);
+    if (v == nullptr) return;
+    char* end = nullptr;
+    const double t = std::strtod(v, &end);
+    if (*v == '\0' || *end != '\0' || !(allow_zero ? t >= 0 : t > 0) || !(t < 1e9)) {
+      bad_knob(name, v, allow_zero ? "not a number >= 0" : "not a number > 0");
+    }
+    *out = t;
+  };
+  seconds_knob("TESSERA_CYCLE_TIME", true, &k.cycle_time_ms);
+  seconds_knob("TESSERA_STALL_CHECK_TIME", false, &k.stall_check_s);
+  seconds_knob("TESSERA_STALL_SHUTDOWN_TIME", true, &k.stall_shutdown_s);
+  bytes_knob("TESSERA_FUSION_THRESHOLD", 0, size_t{1} << 40, &k.fusion_threshold);
+  if (const char* v = get("TESSERA_CACHE_CAPACITY")) {
+    k.cache_capacity = static_cast<size_t>(parse_int("TESSERA_CACHE_CAPACITY", v, 0, 1 << 20));
+  }
+  if (const char* v = get("TESSERA_TIMELINE")) k.timeline = v;
   return k;
 }
 

@@ -32,6 +32,20 @@ struct Knobs {
   size_t shm_bytes = size_t{1} << 20;
   // Path of the cost table written by `tessera bench allreduce --calibrate` (empty: built in).
   std::string cost_table;
+
+  // The engine (src/engine).
+  // Milliseconds between negotiation cycles; 0: a cycle starts as soon as work arrives.
+  double cycle_time_ms = 1.0;
+  // Ready tensors are packed into one fusion buffer up to this many bytes (0: no fusion).
+  size_t fusion_threshold = size_t{128} << 20;
+  // Entries of the response cache (0 turns it off).
+  size_t cache_capacity = 1024;
+  // Seconds a tensor may wait for other ranks before the stall inspector names them.
+  double stall_check_s = 60.0;
+  // Seconds after which a stall fails every pending handle (0: never).
+  double stall_shutdown_s = 0.0;
+  // Chrome trace of the engine's activity (empty: none).
+  std::string timeline;
 };
 
 struct KnobInfo {

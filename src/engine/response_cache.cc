@@ -70,29 +70,5 @@ const TensorSpec& ResponseCache::spec(int bit) const {
 
 std::vector<int> ResponseCache::lru_order() const { return {lru_.begin(), lru_.end()}; }
 
-void BitVector::and_with(const BitVector& o) {
-  TESSERA_ASSERT(o.bits_ == bits_);
-  for (size_t i = 0; i < words_.size(); ++i) words_[i] &= o.words_[i];
-}
-
-void BitVector::or_with(const BitVector& o) {
-  TESSERA_ASSERT(o.bits_ == bits_);
-  for (size_t i = 0; i < words_.size(); ++i) words_[i] |= o.words_[i];
-}
-
-bool BitVector::any() const {
-  return std::any_of(words_.begin(), words_.end(), [](uint64_t w) { return w != 0; });
-}
-
-std::vector<size_t> BitVector::set_bits() const {
-  std::vector<size_t> out;
-  for (size_t w = 0; w < words_.size(); ++w) {
-    for (uint64_t x = words_[w]; x != 0; x &= x - 1) {
-      out.push_back(w * 64 + static_cast<size_t>(__builtin_ctzll(x)));
-    }
-  }
-  return out;
-}
-
 }  // namespace engine
 }  // namespace tessera

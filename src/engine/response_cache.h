@@ -1,6 +1,7 @@
 // The response cache: after a tensor has been negotiated once through the coordinator, its
 // spec is remembered under a bit index, and from then on the ranks agree that it is ready with
-// one bitwise-AND allreduce of a bit vector instead of a round of messages.
+// one AND-allreduce over one byte per bit (a min over 0/1 bytes, through tessera's own
+// shared-memory allreduce) instead of a round of messages.
 //
 // Every rank holds its own cache, and the caches stay identical because they change only
 // through put/touch/erase called in the same order on every rank (the order of the agreed
@@ -59,27 +60,6 @@ class ResponseCache {
   std::unordered_map<std::string, int> by_name_;
   std::list<int> lru_;
   std::vector<int> free_bits_;  // kept sorted descending: back() is the lowest
-};
-
-// A fixed-size bit vector, packed in 64-bit words so that it reduces with MPI's BAND/BOR.
-class BitVector {
- public:
-  explicit BitVector(size_t bits = 0) : bits_(bits), words_((bits + 63) / 64, 0) {}
-  size_t size() const { return bits_; }
-  void set(size_t i) { words_[i / 64] |= uint64_t{1} << (i % 64); }
-  void clear(size_t i) { words_[i / 64] &= ~(uint64_t{1} << (i % 64)); }
-  bool test(size_t i) const { return (words_[i / 64] >> (i % 64)) & 1u; }
-  void and_with(const BitVector& o);
-  void or_with(const BitVector& o);
-  bool any() const;
-  // Indices of the set bits, ascending.
-  std::vector<size_t> set_bits() const;
-  std::vector<uint64_t>& words() { return words_; }
-  const std::vector<uint64_t>& words() const { return words_; }
-
- private:
-  size_t bits_;
-  std::vector<uint64_t> words_;
 };
 
 }  // namespace engine

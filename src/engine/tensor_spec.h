@@ -26,6 +26,7 @@ struct TensorSpec {
   double prescale = 1.0;                // multiplied in before the reduction
   double postscale = 1.0;               // multiplied in after it
   int group = -1;                       // grouped collectives: released together; -1 none
+  int group_size = 0;                   // members of the group
   int process_set = 0;                  // 0: the global set
 
   // Elements and bytes of this rank's input.

@@ -11,6 +11,7 @@
 #include "engine/fusion.h"
 #include "engine/response_cache.h"
 #include "engine/tensor_spec.h"
+#include "engine/wire.h"
 
 namespace tessera {
 namespace engine {
@@ -129,22 +130,6 @@ TEST(ResponseCache, IdenticalHistoriesGiveIdenticalMappings) {
   }
 }
 
-TEST(BitVector, AndOrAndSetBits) {
-  BitVector x(130), y(130);
-  for (size_t i : {0u, 5u, 64u, 129u}) x.set(i);
-  for (size_t i : {5u, 64u, 100u}) y.set(i);
-  BitVector both = x;
-  both.and_with(y);
-  EXPECT_EQ(both.set_bits(), (std::vector<size_t>{5, 64}));
-  BitVector either = x;
-  either.or_with(y);
-  EXPECT_EQ(either.set_bits(), (std::vector<size_t>{0, 5, 64, 100, 129}));
-  either.clear(64);
-  EXPECT_FALSE(either.test(64));
-  EXPECT_FALSE(BitVector(10).any());
-  EXPECT_EQ(x.words().size(), 3u);
-}
-
 // Properties of plan_fusion on random ready lists: a partition, threshold respected, batches
 // fusable, groups whole unless larger than the threshold, deterministic.
 TEST(Fusion, RandomListsSatisfyEveryRule) {
@@ -215,6 +200,59 @@ TEST(Fusion, PacksSmallTensorsPastALargeOne) {
   const auto off = plan_fusion(ready, 0);
   ASSERT_EQ(off.size(), 3u);
   EXPECT_EQ(off[1].items, (std::vector<size_t>{1}));
+}
+
+}  // namespace
+}  // namespace engine
+}  // namespace tessera
+
+namespace tessera {
+namespace engine {
+namespace {
+
+TEST(Wire, RoundTripsEveryField) {
+  TensorSpec a = spec("layer1.conv.weight", {64, 3, 7, 7}, DataType::kBFloat16);
+  a.op = OpType::kReduceScatter;
+  a.reduce_op = ReduceOp::kMax;
+  a.root = 3;
+  a.prescale = 0.25;
+  a.postscale = 4;
+  a.group = 17;
+  a.group_size = 5;
+  a.process_set = 2;
+  const TensorSpec b = spec("", {});
+  const std::string bytes = encode_specs({a, b});
+  const auto back = decode_specs(bytes.data(), bytes.size());
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(spec_difference(back[0], a), "");
+  EXPECT_EQ(back[0].process_set, 2);
+  EXPECT_EQ(spec_difference(back[1], b), "");
+  EXPECT_TRUE(decode_specs(encode_specs({}).data(), encode_specs({}).size()).empty());
+}
+
+TEST(Wire, CorruptMessagesAreRefusedWithTheOffset) {
+  const std::string good = encode_specs({spec("w", {2, 3})});
+  // Every truncation fails cleanly, never reads past the end.
+  for (size_t cut = 0; cut < good.size(); ++cut) {
+    EXPECT_THROW(decode_specs(good.data(), cut), InvalidArgument) << cut;
+  }
+  std::string bad = good;
+  bad[0] = 9;  // version
+  EXPECT_THROW(decode_specs(bad.data(), bad.size()), InvalidArgument);
+  bad = good + "x";  // trailing byte
+  try {
+    decode_specs(bad.data(), bad.size());
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("trailing bytes"), std::string::npos) << e.what();
+  }
+  bad = good;
+  bad[1 + 4 + 4 + 1] = 42;  // op after count and the 1-byte name "w"
+  EXPECT_THROW(decode_specs(bad.data(), bad.size()), InvalidArgument);
+  // A huge name length is refused before any allocation.
+  bad = good;
+  bad[5] = bad[6] = bad[7] = bad[8] = '\xff';
+  EXPECT_THROW(decode_specs(bad.data(), bad.size()), InvalidArgument);
 }
 
 }  // namespace

@@ -1,0 +1,109 @@
+// Engine: named asynchronous collectives negotiated in the background (Horovod's design).
+//
+// Any thread enqueues collectives by name and gets a Handle. The engine thread wakes every
+// cycle and, with every other rank, agrees which named tensors every rank has enqueued:
+//   - tensors negotiated before are in the response cache: one AND-allreduce of a byte per
+//     cache entry (plus status bytes) per cycle says which are ready everywhere;
+//   - new, changed or stalled tensors go to the coordinator round: every rank's pending specs
+//     are gathered and every rank runs the same coordinator logic on the same data, so they
+//     agree without a second message; mismatches (name, op, dtype, shape, root, reduce op,
+//     scale, group) become errors on every rank naming the tensor, the field and the ranks.
+// Ready tensors are fused (plan_fusion) and reduced with comm's selected algorithm.
+//
+// The engine owns no static state: two engines over different communicators can coexist.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/knobs.h"
+#include "engine/handle.h"
+#include "engine/tensor_spec.h"
+
+namespace tessera {
+namespace comm {
+class Communicator;
+}
+namespace engine {
+
+struct EngineOptions {
+  double cycle_time_ms = 1.0;
+  size_t fusion_threshold = size_t{128} << 20;
+  size_t cache_capacity = 1024;
+  double stall_check_s = 60.0;
+  double stall_shutdown_s = 0.0;  // 0: never
+  std::string timeline;
+  // The knobs' values (TESSERA_CYCLE_TIME, ...).
+  static EngineOptions from_knobs(const Knobs& k = knobs());
+};
+
+// One collective to enqueue. Buffers must stay valid until the handle is done.
+struct Request {
+  TensorSpec spec;
+  const void* input = nullptr;
+  void* output = nullptr;  // allreduce, reduce-scatter, alltoall: caller's; broadcast: in place
+};
+
+class Engine {
+ public:
+  // Collective over `comm` (the engine duplicates it for its own messages).
+  Engine(comm::Communicator& comm, const EngineOptions& options = EngineOptions::from_knobs());
+  // Shuts down (agreed with the other ranks) and joins the thread. Never throws.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int rank() const;
+  int size() const;
+
+  Handle enqueue_allreduce(const std::string& name, const void* input, void* output, DataType dtype,
+                           std::vector<int64_t> shape, ReduceOp op = ReduceOp::kAverage,
+                           double prescale = 1.0, double postscale = 1.0);
+  // Output is in the handle (result()); ranks may differ in the first dimension.
+  Handle enqueue_allgather(const std::string& name, const void* input, DataType dtype,
+                           std::vector<int64_t> shape);
+  Handle enqueue_broadcast(const std::string& name, void* buffer, DataType dtype,
+                           std::vector<int64_t> shape, int root);
+  // The first dimension must divide by the number of ranks; output holds 1/size of it.
+  Handle enqueue_reduce_scatter(const std::string& name, const void* input, void* output,
+                                DataType dtype, std::vector<int64_t> shape,
+                                ReduceOp op = ReduceOp::kSum);
+  // The first dimension must divide by the number of ranks; block j goes to rank j.
+  Handle enqueue_alltoall(const std::string& name, const void* input, void* output, DataType dtype,
+                          std::vector<int64_t> shape);
+  // Enqueues all at once as one group: released only when every member is ready everywhere,
+  // and fused together unless they exceed the fusion threshold.
+  std::vector<Handle> enqueue_group(std::vector<Request> requests);
+  Handle enqueue(Request request);
+
+  // Asks every rank to shut down: pending handles on every rank fail with "shut down because
+  // <reason> (rank R)". Returns at once; later enqueues throw.
+  void shutdown(const std::string& reason);
+  bool is_shut_down() const;
+
+  struct Stats {
+    uint64_t cycles = 0;
+    uint64_t coordinator_rounds = 0;
+    uint64_t cache_hits = 0;
+    uint64_t tensors_done = 0;
+    double control_seconds = 0;  // time in negotiation (not in data movement)
+    double data_seconds = 0;
+  };
+  Stats stats() const;
+
+ private:
+  std::vector<Handle> enqueue_group_impl(std::vector<Request> requests, bool as_group);
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace engine
+}  // namespace tessera

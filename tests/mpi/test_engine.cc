@@ -1,0 +1,299 @@
+// The engine under mpirun: negotiation in any order, the response cache, fusion, groups,
+// mismatches named on every rank, the stall inspector, shutdown, bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "common/error.h"
+#include "engine/engine.h"
+#include "mpi/mpi_test_util.h"
+
+namespace tessera {
+namespace engine {
+namespace {
+
+using testing::WorldTest;
+
+class EngineTest : public WorldTest {
+ protected:
+  EngineOptions fast() const {
+    EngineOptions o;
+    o.cycle_time_ms = 1;
+    o.stall_check_s = 60;
+    return o;
+  }
+};
+
+std::string what_of(const Handle& h) {
+  try {
+    h.wait(30);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Every rank enqueues the same 200 tensors in its own random order; all complete with the
+// right sums, and the second step goes through the response cache.
+TEST_F(EngineTest, TwoHundredTensorsInDifferentOrdersTwice) {
+  Engine engine(*world_, fast());
+  const int n = world_->size(), r = world_->rank();
+  const int kTensors = 200;
+  std::vector<std::vector<float>> in(kTensors), out(kTensors);
+  for (int t = 0; t < kTensors; ++t) {
+    const size_t len = static_cast<size_t>(1 + (t * 37) % 3000);
+    in[t].assign(len, 0);
+    out[t].assign(len, -1);
+    for (size_t i = 0; i < len; ++i) in[t][i] = static_cast<float>((r + 1) * ((t + i) % 5 + 1));
+  }
+  for (int step = 0; step < 2; ++step) {
+    std::vector<int> order(kTensors);
+    for (int t = 0; t < kTensors; ++t) order[t] = t;
+    std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(r * 101 + step)));
+    std::vector<Handle> handles(kTensors);
+    for (int t : order) {
+      handles[t] = engine.enqueue_allreduce("grad." + std::to_string(t), in[t].data(),
+                                            out[t].data(), DataType::kFloat32,
+                                            {static_cast<int64_t>(in[t].size())}, ReduceOp::kSum);
+    }
+    for (int t = 0; t < kTensors; ++t) {
+      handles[t].wait(60);
+      for (size_t i = 0; i < in[t].size(); ++i) {
+        ASSERT_EQ(out[t][i], static_cast<float>(n * (n + 1) / 2 * ((t + i) % 5 + 1)))
+            << "tensor " << t << " step " << step;
+      }
+    }
+  }
+  const Engine::Stats s = engine.stats();
+  EXPECT_GT(s.cache_hits, 0u) << "the second step never used the response cache";
+  EXPECT_EQ(s.tensors_done, 2u * kTensors);
+}
+
+TEST_F(EngineTest, AverageAndScaleFactorsAreFoldedIn) {
+  EngineOptions o = fast();
+  Engine engine(*world_, o);
+  const int n = world_->size(), r = world_->rank();
+  std::vector<double> a(1000, r + 1.0), b(7, 2.0 * (r + 1)), oa(1000), ob(7);
+  auto ha = engine.enqueue_allreduce("avg.a", a.data(), oa.data(), DataType::kFloat64, {1000},
+                                     ReduceOp::kAverage, 2.0, 0.5);
+  auto hb = engine.enqueue_allreduce("avg.b", b.data(), ob.data(), DataType::kFloat64, {7},
+                                     ReduceOp::kAverage, 2.0, 0.5);
+  ha.wait(30);
+  hb.wait(30);
+  EXPECT_DOUBLE_EQ(oa[999], (n + 1) / 2.0);  // 2 * mean(r + 1) * 0.5
+  EXPECT_DOUBLE_EQ(ob[0], 2.0 * (n + 1) / 2.0);
+}
+
+TEST_F(EngineTest, EveryKindOfMismatchFailsOnEveryRankNamingTheRanks) {
+  const int n = world_->size(), r = world_->rank();
+  if (n < 2) GTEST_SKIP() << "needs two ranks";
+  Engine engine(*world_, fast());
+  const bool odd = r == n - 1;
+  std::vector<float> x(8, 1), y(8);
+  std::vector<double> xd(8, 1), yd(8);
+  struct Case {
+    std::string name, expect;
+    std::function<Handle()> enqueue;
+  };
+  const std::vector<Case> cases = {
+      {"dtype", "dtype f32 vs f64",
+       [&] {
+         return odd ? engine.enqueue_allreduce("m.dtype", xd.data(), yd.data(), DataType::kFloat64,
+                                               {8})
+                    : engine.enqueue_allreduce("m.dtype", x.data(), y.data(), DataType::kFloat32,
+                                               {8});
+       }},
+      {"shape", "shape [8] vs [4]",
+       [&] {
+         return engine.enqueue_allreduce("m.shape", x.data(), y.data(), DataType::kFloat32,
+                                         {odd ? 4 : 8});
+       }},
+      {"reduce op", "reduce op sum vs max",
+       [&] {
+         return engine.enqueue_allreduce("m.op", x.data(), y.data(), DataType::kFloat32, {8},
+                                         odd ? ReduceOp::kMax : ReduceOp::kSum);
+       }},
+      {"collective", "op allreduce vs broadcast",
+       [&] {
+         return odd ? engine.enqueue_broadcast("m.kind", x.data(), DataType::kFloat32, {8}, 0)
+                    : engine.enqueue_allreduce("m.kind", x.data(), y.data(), DataType::kFloat32,
+                                               {8});
+       }},
+      {"root", "root 0 vs 1",
+       [&] {
+         return engine.enqueue_broadcast("m.root", x.data(), DataType::kFloat32, {8}, odd ? 1 : 0);
+       }},
+      {"scale", "scale factors",
+       [&] {
+         return engine.enqueue_allreduce("m.scale", x.data(), y.data(), DataType::kFloat32, {8},
+                                         ReduceOp::kSum, odd ? 2.0 : 1.0);
+       }},
+  };
+  for (const Case& c : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string what = what_of(c.enqueue());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 5.0) << c.name;
+    EXPECT_NE(what.find("mismatch in collective 'm."), std::string::npos) << c.name << ": " << what;
+    EXPECT_NE(what.find(c.expect), std::string::npos) << c.name << ": " << what;
+    EXPECT_NE(what.find("vs ranks " + std::to_string(n - 1) + ")"), std::string::npos)
+        << c.name << ": " << what;
+  }
+  // The engine still works after the errors.
+  auto h = engine.enqueue_allreduce("after", x.data(), y.data(), DataType::kFloat32, {8},
+                                    ReduceOp::kSum);
+  h.wait(30);
+  EXPECT_EQ(y[0], static_cast<float>(n));
+}
+
+TEST_F(EngineTest, AShapeChangeInvalidatesTheCacheAndStillCompletes) {
+  Engine engine(*world_, fast());
+  const int n = world_->size();
+  for (int len : {16, 16, 32, 32, 16}) {
+    std::vector<float> x(static_cast<size_t>(len), 1), y(static_cast<size_t>(len));
+    engine
+        .enqueue_allreduce("changing", x.data(), y.data(), DataType::kFloat32, {len},
+                           ReduceOp::kSum)
+        .wait(30);
+    EXPECT_EQ(y[static_cast<size_t>(len) - 1], static_cast<float>(n)) << len;
+  }
+}
+
+TEST_F(EngineTest, GroupsCompleteTogetherWhateverTheOrder) {
+  Engine engine(*world_, fast());
+  const int n = world_->size(), r = world_->rank();
+  std::vector<std::vector<float>> in(3, std::vector<float>(100, 1.0f)),
+      out(3, std::vector<float>(100));
+  std::vector<Request> reqs(3);
+  for (int i = 0; i < 3; ++i) {
+    reqs[i].spec.name = "group." + std::to_string(i);
+    reqs[i].spec.shape = {100};
+    reqs[i].spec.reduce_op = ReduceOp::kSum;
+    reqs[i].input = in[i].data();
+    reqs[i].output = out[i].data();
+  }
+  // Ranks list the members in different orders: the group is the same.
+  if (r % 2) std::reverse(reqs.begin(), reqs.end());
+  auto handles = engine.enqueue_group(reqs);
+  for (Handle& h : handles) h.wait(30);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(out[i][99], static_cast<float>(n));
+}
+
+TEST_F(EngineTest, OtherCollectives) {
+  Engine engine(*world_, fast());
+  const int n = world_->size(), r = world_->rank();
+  // allgather with a different first dimension per rank.
+  std::vector<int32_t> mine(static_cast<size_t>(r + 1) * 2, r);
+  auto hg = engine.enqueue_allgather("ag", mine.data(), DataType::kInt32, {r + 1, 2});
+  std::vector<float> b(5, r == 0 ? 7.0f : 0.0f);
+  auto hb = engine.enqueue_broadcast("bc", b.data(), DataType::kFloat32, {5}, 0);
+  std::vector<float> rs_in(static_cast<size_t>(n) * 3, 1.0f), rs_out(3);
+  auto hr = engine.enqueue_reduce_scatter("rs", rs_in.data(), rs_out.data(), DataType::kFloat32,
+                                          {n * 3}, ReduceOp::kSum);
+  std::vector<int64_t> a_in(static_cast<size_t>(n)), a_out(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) a_in[static_cast<size_t>(j)] = r * 100 + j;
+  auto ha = engine.enqueue_alltoall("a2a", a_in.data(), a_out.data(), DataType::kInt64, {n});
+  hg.wait(30);
+  hb.wait(30);
+  hr.wait(30);
+  ha.wait(30);
+  EXPECT_EQ(hg.result_shape(), (std::vector<int64_t>{n * (n + 1) / 2, 2}));
+  const int32_t* g = reinterpret_cast<const int32_t*>(hg.result().data());
+  size_t at = 0;
+  for (int q = 0; q < n; ++q) {
+    for (int k = 0; k < (q + 1) * 2; ++k) ASSERT_EQ(g[at++], q);
+  }
+  EXPECT_EQ(b[4], 7.0f);
+  EXPECT_EQ(rs_out[2], static_cast<float>(n));
+  for (int j = 0; j < n; ++j) EXPECT_EQ(a_out[static_cast<size_t>(j)], j * 100 + r);
+}
+
+TEST_F(EngineTest, TheStallInspectorNamesTheMissingRanks) {
+  const int n = world_->size(), r = world_->rank();
+  if (n < 2) GTEST_SKIP() << "needs two ranks";
+  EngineOptions o = fast();
+  o.stall_check_s = 0.3;
+  o.stall_shutdown_s = 1.0;
+  Engine engine(*world_, o);
+  float x = 1, y = 0;
+  // Enqueued everywhere but on the last rank: after 1 s every pending handle fails on every
+  // rank with the report, which names the last rank as missing.
+  Handle h;
+  if (r != n - 1) h = engine.enqueue_allreduce("lonely", &x, &y, DataType::kFloat32, {1});
+  float z = 1, w = 0;
+  Handle other = engine.enqueue_allreduce("elsewhere", &z, &w, DataType::kFloat32, {1});
+  other.wait(30);  // unaffected by the stall until the shutdown
+  if (r != n - 1) {
+    const std::string what = what_of(h);
+    EXPECT_NE(what.find("stall: collective 'lonely'"), std::string::npos) << what;
+    EXPECT_NE(what.find("ranks " + std::to_string(n - 1) + " have not"), std::string::npos) << what;
+  }
+  // Every rank's engine shuts down in the same cycle.
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!engine.is_shut_down() &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(engine.is_shut_down());
+}
+
+TEST_F(EngineTest, ShutdownFailsPendingWorkWithTheReasonAndRank) {
+  const int n = world_->size(), r = world_->rank();
+  Engine engine(*world_, fast());
+  float x = 1, y = 0;
+  Handle h =
+      engine.enqueue_allreduce("never." + std::to_string(r), &x, &y, DataType::kFloat32, {1});
+  comm::barrier(*world_);
+  if (r == 0) engine.shutdown("the test is over");
+  const std::string what = what_of(h);
+  if (n > 1) {
+    EXPECT_NE(what.find("shut down because the test is over (rank 0)"), std::string::npos) << what;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!engine.is_shut_down() &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  try {
+    engine.enqueue_allreduce("late", &x, &y, DataType::kFloat32, {1});
+    ADD_FAILURE() << "enqueue after shutdown was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("shut down"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(EngineTest, BadInputIsRefusedAtTheCall) {
+  Engine engine(*world_, fast());
+  float x[4] = {1, 1, 1, 1}, y[4];
+  EXPECT_THROW(engine.enqueue_allreduce("", x, y, DataType::kFloat32, {4}), InvalidArgument);
+  EXPECT_THROW(engine.enqueue_allreduce("null", nullptr, y, DataType::kFloat32, {4}),
+               InvalidArgument);
+  EXPECT_THROW(engine.enqueue_allreduce("neg", x, y, DataType::kFloat32, {-4}), InvalidArgument);
+  int32_t i[4];
+  EXPECT_THROW(engine.enqueue_allreduce("iavg", i, i, DataType::kInt32, {4}, ReduceOp::kAverage),
+               InvalidArgument);
+  // Other tensors are unaffected by the refusals.
+  float a = 1, b = 0;
+  engine.enqueue_allreduce("fine", &a, &b, DataType::kFloat32, {1}, ReduceOp::kSum).wait(30);
+  EXPECT_EQ(b, static_cast<float>(world_->size()));
+  if (world_->size() == 1) return;  // alone, a tensor completes at once: nothing stays in flight
+  // A name only this rank uses never completes, so the second enqueue is surely in flight.
+  const std::string dup = "dup." + std::to_string(world_->rank());
+  Handle h = engine.enqueue_allreduce(dup, x, y, DataType::kFloat32, {4}, ReduceOp::kSum);
+  try {
+    engine.enqueue_allreduce(dup, x, y, DataType::kFloat32, {4}, ReduceOp::kSum);
+    ADD_FAILURE() << "a duplicate name in flight was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("still in flight"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(h.poll());
+}
+
+}  // namespace
+}  // namespace engine
+}  // namespace tessera
