@@ -15,6 +15,7 @@
 #include "common/reduce.h"
 #include "engine/fusion.h"
 #include "engine/response_cache.h"
+#include "engine/timeline.h"
 #include "engine/wire.h"
 
 namespace tessera {
@@ -60,10 +61,13 @@ struct Engine::Impl {
     Clock::time_point enqueued;
     State state = State::kNew;
     int bit = -1;
+    Clock::time_point agreed;
+    std::string negotiate_args = "{}";  // for the timeline
   };
   // The coordinator's table, identical on every rank: who has sent which spec.
   struct Entry {
     std::vector<std::optional<TensorSpec>> by_rank;
+    std::vector<uint64_t> cycle_by_rank;  // the cycle in which each rank's spec arrived
     int count = 0;
     Clock::time_point first_seen;
     bool reported = false;
@@ -98,6 +102,9 @@ struct Engine::Impl {
   std::vector<std::string> table_order;
   std::map<int, std::vector<std::string>> held_groups;  // agreed members waiting for the rest
   std::vector<char> fusion;
+  uint64_t cycle_index = 0;  // identical on every rank: cycles run in lockstep
+  Timeline timeline;
+  Clock::time_point last_flush;
 
   void run();
   bool cycle();
@@ -110,8 +117,14 @@ struct Engine::Impl {
 Engine::Engine(comm::Communicator& c, const EngineOptions& options) : impl_(new Impl(c, options)) {
   TESSERA_CHECK(options.cycle_time_ms >= 0, "cycle time must be >= 0 ms, got ",
                 options.cycle_time_ms);
+  if (!options.timeline.empty() && impl_->comm->rank() == 0) {
+    impl_->timeline.start(options.timeline);
+  }
   impl_->thread = std::thread([this] { impl_->run(); });
 }
+
+void Engine::start_timeline(const std::string& path) { impl_->timeline.start(path); }
+void Engine::stop_timeline() { impl_->timeline.stop(); }
 
 Engine::~Engine() {
   try {
@@ -369,6 +382,8 @@ bool Engine::Impl::cycle() {
     const int bit = static_cast<int>(b);
     const std::string name = cache.spec(bit).name;
     cache.touch(bit);
+    pending.at(name).negotiate_args =
+        "{\"path\":\"cache\",\"bit\":" + std::to_string(bit) + "}";
     ready.push_back({name, ""});
     ++hits;
   }
@@ -417,12 +432,14 @@ bool Engine::Impl::cycle() {
         if (it == table.end()) {
           Entry e;
           e.by_rank.resize(static_cast<size_t>(n));
+          e.cycle_by_rank.assign(static_cast<size_t>(n), 0);
           e.first_seen = Clock::now();
           it = table.emplace(s.name, std::move(e)).first;
           table_order.push_back(s.name);
         }
         if (!it->second.by_rank[static_cast<size_t>(r)]) {
           it->second.by_rank[static_cast<size_t>(r)] = std::move(s);
+          it->second.cycle_by_rank[static_cast<size_t>(r)] = cycle_index;
           ++it->second.count;
         }
       }
@@ -455,6 +472,12 @@ bool Engine::Impl::cycle() {
       } else {
         const ResponseCache::Lookup l = cache.lookup(first);
         if (l.bit >= 0) cache.erase(l.bit);
+      }
+      if (timeline.active()) {
+        std::string cycles;
+        for (uint64_t c : e.cycle_by_rank) cycles += (cycles.empty() ? "" : ",") + std::to_string(c);
+        pending.at(name).negotiate_args =
+            "{\"path\":\"coordinator\",\"ready_cycle_by_rank\":[" + cycles + "]}";
       }
       ready.push_back({name, error});
       table.erase(name);
@@ -496,9 +519,12 @@ bool Engine::Impl::cycle() {
     return true;
   }
   // 4. Groups wait until every member passed; then run everything in the agreed order.
+  const auto agreed = Clock::now();
   std::vector<Ready> runnable;
   for (const Ready& r : ready) {
-    const Pending& p = pending.at(r.name);
+    Pending& p = pending.at(r.name);
+    p.agreed = agreed;
+    timeline.event(r.name, "NEGOTIATE", p.enqueued, agreed, p.negotiate_args);
     if (p.req.spec.group < 0 || !r.error.empty()) {
       runnable.push_back(r);
       continue;
@@ -518,9 +544,16 @@ bool Engine::Impl::cycle() {
     if (round) ++stats.coordinator_rounds;
     stats.control_seconds += seconds_since(t0);
   }
+  ++cycle_index;
   const auto td = Clock::now();
   execute(runnable);
   data_s = seconds_since(td);
+  // Flushing re-closes the JSON array; a few times a second is enough for a trace that
+  // survives a crash, and keeps file writes off most cycles.
+  if (!runnable.empty() && seconds_since(last_flush) > 0.1) {
+    timeline.flush();
+    last_flush = Clock::now();
+  }
   std::lock_guard<std::mutex> lock(mu);
   stats.data_seconds += data_s;
   return false;
@@ -550,6 +583,24 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
   const TensorSpec& lead = items.front()->req.spec;
   const int n = comm->size();
   const size_t esize = dtype_size(lead.dtype);
+  const auto start = Clock::now();
+  for (Pending* p : items) timeline.event(p->req.spec.name, "QUEUE", p->agreed, start);
+  // One trace event per tensor of the batch for each phase.
+  auto trace = [&](const char* phase, Clock::time_point begin, const std::string& args) {
+    if (!timeline.active()) return;
+    const auto end = Clock::now();
+    for (Pending* p : items) timeline.event(p->req.spec.name, phase, begin, end, args);
+  };
+  auto collective_args = [&](size_t bytes) {
+    std::string a = "{\"bytes\":" + std::to_string(bytes) + ",\"tensors\":" +
+                    std::to_string(items.size());
+    if (lead.op == OpType::kAllreduce) {
+      a += std::string(",\"algorithm\":\"") +
+           comm::algorithm_name(comm::choose_allreduce(*comm, bytes, comm::Algorithm::kAuto)) +
+           "\"";
+    }
+    return a + "}";
+  };
   switch (lead.op) {
     case OpType::kAllreduce: {
       const bool average = lead.reduce_op == ReduceOp::kAverage;
@@ -565,13 +616,16 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
           scale(lead.dtype, lead.prescale, r.input, r.output, count);
           src = r.output;
         }
+        const auto t = Clock::now();
         comm::allreduce(*comm, src, r.output, count, lead.dtype, o);
+        trace("ALLREDUCE", t, collective_args(count * esize));
         if (out_factor != 1.0) scale(lead.dtype, out_factor, r.output, r.output, count);
         return;
       }
       size_t total = 0;
       for (Pending* p : items) total += p->req.spec.bytes();
       if (fusion.size() < total) fusion.resize(total);
+      auto t = Clock::now();
       size_t off = 0;
       for (Pending* p : items) {
         const size_t bytes = p->req.spec.bytes();
@@ -582,7 +636,11 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
         }
         off += bytes;
       }
+      trace("MEMCPY_IN_FUSION_BUFFER", t, "{}");
+      t = Clock::now();
       comm::allreduce(*comm, fusion.data(), fusion.data(), total / esize, lead.dtype, o);
+      trace("ALLREDUCE", t, collective_args(total));
+      t = Clock::now();
       off = 0;
       for (Pending* p : items) {
         const size_t bytes = p->req.spec.bytes();
@@ -593,6 +651,7 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
         }
         off += bytes;
       }
+      trace("MEMCPY_OUT_FUSION_BUFFER", t, "{}");
       return;
     }
     case OpType::kAllgather: {
@@ -613,6 +672,7 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
       for (size_t c : counts) total += c;
       p.handle->result.assign(total * esize, 0);
       comm::allgatherv(*comm, p.req.input, p.handle->result.data(), counts, s.dtype);
+      trace("ALLGATHER", start, collective_args(total * esize));
       p.handle->result_shape = s.shape.empty() ? std::vector<int64_t>{total_rows} : s.shape;
       p.handle->result_shape[0] = total_rows;
       return;
@@ -620,18 +680,21 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
     case OpType::kBroadcast: {
       const Request& r = items.front()->req;
       comm::broadcast(*comm, r.output, r.spec.elements(), r.spec.dtype, r.spec.root);
+      trace("BROADCAST", start, collective_args(r.spec.bytes()));
       return;
     }
     case OpType::kReduceScatter: {
       const Request& r = items.front()->req;
       comm::reduce_scatter(*comm, r.input, r.output, r.spec.elements() / static_cast<size_t>(n),
                            r.spec.dtype, r.spec.reduce_op);
+      trace("REDUCE_SCATTER", start, collective_args(r.spec.bytes()));
       return;
     }
     case OpType::kAlltoall: {
       const Request& r = items.front()->req;
       comm::alltoall(*comm, r.input, r.output, r.spec.elements() / static_cast<size_t>(n),
                      r.spec.dtype);
+      trace("ALLTOALL", start, collective_args(r.spec.bytes()));
       return;
     }
   }

@@ -98,6 +98,11 @@ class Engine {
   };
   Stats stats() const;
 
+  // Starts / stops the Chrome trace of this rank's engine (TESSERA_TIMELINE starts it on
+  // rank 0 at construction). start throws InvalidArgument if the file cannot be written.
+  void start_timeline(const std::string& path);
+  void stop_timeline();
+
  private:
   std::vector<Handle> enqueue_group_impl(std::vector<Request> requests, bool as_group);
 

@@ -3,6 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
 #include <chrono>
 #include <random>
 #include <string>
@@ -292,6 +298,56 @@ TEST_F(EngineTest, BadInputIsRefusedAtTheCall) {
     EXPECT_NE(std::string(e.what()).find("still in flight"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(h.poll());
+}
+
+}  // namespace
+}  // namespace engine
+}  // namespace tessera
+
+namespace tessera {
+namespace engine {
+namespace {
+
+TEST_F(EngineTest, TimelineIsValidJsonWhileRunningAndHoldsTheEvents) {
+  const int r = world_->rank();
+  Engine engine(*world_, fast());
+  const std::string path = "/tmp/tessera_timeline_test." + std::to_string(r) + ".json";
+  engine.start_timeline(path);
+  auto parse = [&] {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return nlohmann::json::parse(ss.str());  // throws if the file is not valid JSON
+  };
+  EXPECT_TRUE(parse().is_array());
+  std::vector<float> a(100, 1), b(50, 1), oa(100), ob(50);
+  auto h1 = engine.enqueue_allreduce("tl.a", a.data(), oa.data(), DataType::kFloat32, {100});
+  auto h2 = engine.enqueue_allreduce("tl.b", b.data(), ob.data(), DataType::kFloat32, {50});
+  h1.wait(30);
+  h2.wait(30);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  float c = 1, oc = 0;
+  engine.enqueue_allreduce("tl.c", &c, &oc, DataType::kFloat32, {1}).wait(30);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  engine.enqueue_allreduce("tl.d", &c, &oc, DataType::kFloat32, {1}).wait(30);
+  // Still running: the file parses, and the first tensors' events are in it.
+  const nlohmann::json mid = parse();
+  engine.stop_timeline();
+  const nlohmann::json all = parse();
+  EXPECT_GE(all.size(), mid.size());
+  std::set<std::string> names;
+  bool algorithm_named = false, rows_named = false;
+  for (const auto& e : all) {
+    names.insert(e.at("name").get<std::string>());
+    if (e.at("name") == "ALLREDUCE" && e.at("args").contains("algorithm")) algorithm_named = true;
+    if (e.at("ph") == "M" && e.at("args").at("name") == "tl.a") rows_named = true;
+  }
+  for (const char* n : {"NEGOTIATE", "QUEUE", "ALLREDUCE"}) {
+    EXPECT_TRUE(names.count(n)) << n << " missing from the timeline";
+  }
+  EXPECT_TRUE(algorithm_named);
+  EXPECT_TRUE(rows_named);
+  std::remove(path.c_str());
 }
 
 }  // namespace
