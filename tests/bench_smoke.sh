@@ -26,6 +26,11 @@ done
 out=$(run bench allreduce -d bf16 -o avg -b 64 -e 64K -f 16 -n 2 --algo ring,rhd 2>&1); rc=$?
 check "bench allreduce bf16 avg" 0 "#wrong total: 0" "$out" $rc
 
+# ResNet-50 as torchvision defines it: 161 parameter tensors, 25,557,032 parameters.
+out=$(run bench engine -n 2 -w 1 --json "$work/engine.json" 2>&1); rc=$?
+check "bench engine" 0 "161 tensors, 25557032 parameters" "$out" $rc
+grep -q '"control_ms_per_step"' "$work/engine.json" || { echo "FAIL bench engine: no JSON"; fail=1; }
+
 out=$(run bench allreduce --calibrate -e 1M -n 3 -w 1 --table "$work/table.json" 2>&1); rc=$?
 check "calibrate" 0 "wrote $work/table.json" "$out" $rc
 grep -q '"measured"' "$work/table.json" || { echo "FAIL calibrate: no measured curves"; fail=1; }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "apps/tessera/bench_collectives.h"
+#include "apps/tessera/bench_engine.h"
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "common/knobs.h"
@@ -27,9 +28,10 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmark a collective beside MPI's own");
   bench_cmd
       ->add_option("collective", bench.collective,
-                   "allreduce, allgather, broadcast, reduce-scatter or alltoall")
+                   "allreduce, allgather, broadcast, reduce-scatter, alltoall, or engine")
       ->required()
-      ->check(CLI::IsMember({"allreduce", "allgather", "broadcast", "reduce-scatter", "alltoall"}));
+      ->check(CLI::IsMember(
+          {"allreduce", "allgather", "broadcast", "reduce-scatter", "alltoall", "engine"}));
   bench_cmd->add_option("-b,--minbytes", min_b, "smallest size (bytes; K/M/G suffixes)");
   bench_cmd->add_option("-e,--maxbytes", max_b, "largest size (bytes; K/M/G suffixes)");
   bench_cmd->add_option("-f,--stepfactor", bench.factor, "size multiplier between rows");
@@ -68,7 +70,15 @@ int main(int argc, char** argv) {
       bench.dtype = tessera::parse_dtype(dtype);
       bench.op = tessera::parse_reduce_op(op);
       if (!algos.empty()) bench.algorithms = algos;
-      rc = tessera::app::run_bench(bench);
+      if (bench.collective == "engine") {
+        tessera::app::EngineBenchOptions eb;
+        eb.json_path = bench.json_path;
+        eb.steps = bench.iterations;
+        eb.warmup = bench.warmup;
+        rc = tessera::app::run_engine_bench(eb);
+      } else {
+        rc = tessera::app::run_bench(bench);
+      }
     }
   } catch (const tessera::Error& e) {
     std::fprintf(stderr, "tessera: error: %s\n", e.what());
