@@ -76,11 +76,13 @@ int run_engine_bench(const EngineBenchOptions& o) {
   report["tensors"] = shapes.size();
   report["bytes_per_step"] = total * 4;
   if (world->rank() == 0) {
-    std::printf("# tessera bench engine: %d ranks, ResNet-50 gradients: %zu tensors, %zu "
-                "parameters, %.1f MB per step; %d steps after %d warm-up, medians\n",
-                n, shapes.size(), total, total * 4 / 1e6, o.steps, o.warmup);
-    std::printf("# control plane: engine time per step outside data movement (negotiation, and "
-                "waiting in it for the other ranks)\n");
+    std::printf(
+        "# tessera bench engine: %d ranks, ResNet-50 gradients: %zu tensors, %zu "
+        "parameters, %.1f MB per step; %d steps after %d warm-up, medians\n",
+        n, shapes.size(), total, total * 4 / 1e6, o.steps, o.warmup);
+    std::printf(
+        "# control plane: engine time per step outside data movement (negotiation, and "
+        "waiting in it for the other ranks)\n");
   }
   // Reference: one MPI_Allreduce over the same bytes.
   {
@@ -92,7 +94,8 @@ int run_engine_bench(const EngineBenchOptions& o) {
       comm::barrier(*world);
       const auto t0 = Clock::now();
       comm::allreduce(*world, flat.data(), out.data(), total, DataType::kFloat32, mpi);
-      if (i >= o.warmup) t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (i >= o.warmup)
+        t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
     report["mpi_allreduce_ms"] = max_over_ranks(*world, median(t));
   }
@@ -138,26 +141,31 @@ int run_engine_bench(const EngineBenchOptions& o) {
       comm::barrier(*world);
       const auto t0 = Clock::now();
       engine.enqueue_allreduce("latency", x.data(), y.data(), DataType::kFloat32, {1024}).wait();
-      if (i >= 10) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      if (i >= 10)
+        us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     }
     report["latency_4KiB_us"][cycle == 0 ? "cycle_0ms" : "cycle_default"] =
         max_over_ranks(*world, median(us));
-    report["latency_4KiB_us"]["cycle_default_ms"] = engine::EngineOptions::from_knobs().cycle_time_ms;
+    report["latency_4KiB_us"]["cycle_default_ms"] =
+        engine::EngineOptions::from_knobs().cycle_time_ms;
   }
   if (world->rank() == 0) {
     const double mpi = report["mpi_allreduce_ms"];
     for (const char* key : {"cache_on", "cache_off"}) {
       const double step = report[key]["step_ms"], control = report[key]["control_ms_per_step"];
-      std::printf("  %-9s step %9.3f ms (%.2fx one MPI_Allreduce of %.3f ms)  control plane "
-                  "%8.3f ms per step\n", key, step, step / mpi, mpi, control);
+      std::printf(
+          "  %-9s step %9.3f ms (%.2fx one MPI_Allreduce of %.3f ms)  control plane "
+          "%8.3f ms per step\n",
+          key, step, step / mpi, mpi, control);
     }
     const double on = report["cache_on"]["control_ms_per_step"];
     const double off = report["cache_off"]["control_ms_per_step"];
     std::printf("  control plane with the cache off / on: %.2fx\n", off / on);
-    std::printf("  4 KiB allreduce through the engine: %.1f us (cycle %.1f ms), %.1f us (cycle 0)\n",
-                report["latency_4KiB_us"]["cycle_default"].get<double>(),
-                report["latency_4KiB_us"]["cycle_default_ms"].get<double>(),
-                report["latency_4KiB_us"]["cycle_0ms"].get<double>());
+    std::printf(
+        "  4 KiB allreduce through the engine: %.1f us (cycle %.1f ms), %.1f us (cycle 0)\n",
+        report["latency_4KiB_us"]["cycle_default"].get<double>(),
+        report["latency_4KiB_us"]["cycle_default_ms"].get<double>(),
+        report["latency_4KiB_us"]["cycle_0ms"].get<double>());
     if (!o.json_path.empty()) std::ofstream(o.json_path) << report.dump(1) << "\n";
   }
   return 0;

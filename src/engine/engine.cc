@@ -240,69 +240,54 @@ std::vector<Handle> Engine::enqueue_group_impl(std::vector<Request> requests, bo
   return handles;
 }
 
+namespace {
+
+Request make_request(const std::string& name, OpType op, DataType dtype, std::vector<int64_t> shape,
+                     const void* input, void* output) {
+  Request r;
+  r.spec.name = name;
+  r.spec.op = op;
+  r.spec.dtype = dtype;
+  r.spec.shape = std::move(shape);
+  r.input = input;
+  r.output = output;
+  return r;
+}
+
+}  // namespace
+
 Handle Engine::enqueue_allreduce(const std::string& name, const void* input, void* output,
                                  DataType dtype, std::vector<int64_t> shape, ReduceOp op,
                                  double prescale, double postscale) {
-  Request r;
-  r.spec.name = name;
-  r.spec.op = OpType::kAllreduce;
-  r.spec.dtype = dtype;
-  r.spec.shape = std::move(shape);
+  Request r = make_request(name, OpType::kAllreduce, dtype, std::move(shape), input, output);
   r.spec.reduce_op = op;
   r.spec.prescale = prescale;
   r.spec.postscale = postscale;
-  r.input = input;
-  r.output = output;
   return enqueue(std::move(r));
 }
 
 Handle Engine::enqueue_allgather(const std::string& name, const void* input, DataType dtype,
                                  std::vector<int64_t> shape) {
-  Request r;
-  r.spec.name = name;
-  r.spec.op = OpType::kAllgather;
-  r.spec.dtype = dtype;
-  r.spec.shape = std::move(shape);
-  r.input = input;
-  return enqueue(std::move(r));
+  return enqueue(make_request(name, OpType::kAllgather, dtype, std::move(shape), input, nullptr));
 }
 
 Handle Engine::enqueue_broadcast(const std::string& name, void* buffer, DataType dtype,
                                  std::vector<int64_t> shape, int root) {
-  Request r;
-  r.spec.name = name;
-  r.spec.op = OpType::kBroadcast;
-  r.spec.dtype = dtype;
-  r.spec.shape = std::move(shape);
+  Request r = make_request(name, OpType::kBroadcast, dtype, std::move(shape), buffer, buffer);
   r.spec.root = root;
-  r.input = buffer;
-  r.output = buffer;
   return enqueue(std::move(r));
 }
 
 Handle Engine::enqueue_reduce_scatter(const std::string& name, const void* input, void* output,
                                       DataType dtype, std::vector<int64_t> shape, ReduceOp op) {
-  Request r;
-  r.spec.name = name;
-  r.spec.op = OpType::kReduceScatter;
-  r.spec.dtype = dtype;
-  r.spec.shape = std::move(shape);
+  Request r = make_request(name, OpType::kReduceScatter, dtype, std::move(shape), input, output);
   r.spec.reduce_op = op;
-  r.input = input;
-  r.output = output;
   return enqueue(std::move(r));
 }
 
 Handle Engine::enqueue_alltoall(const std::string& name, const void* input, void* output,
                                 DataType dtype, std::vector<int64_t> shape) {
-  Request r;
-  r.spec.name = name;
-  r.spec.op = OpType::kAlltoall;
-  r.spec.dtype = dtype;
-  r.spec.shape = std::move(shape);
-  r.input = input;
-  r.output = output;
-  return enqueue(std::move(r));
+  return enqueue(make_request(name, OpType::kAlltoall, dtype, std::move(shape), input, output));
 }
 
 // ---- the engine thread ----
@@ -382,8 +367,7 @@ bool Engine::Impl::cycle() {
     const int bit = static_cast<int>(b);
     const std::string name = cache.spec(bit).name;
     cache.touch(bit);
-    pending.at(name).negotiate_args =
-        "{\"path\":\"cache\",\"bit\":" + std::to_string(bit) + "}";
+    pending.at(name).negotiate_args = "{\"path\":\"cache\",\"bit\":" + std::to_string(bit) + "}";
     ready.push_back({name, ""});
     ++hits;
   }
@@ -475,7 +459,8 @@ bool Engine::Impl::cycle() {
       }
       if (timeline.active()) {
         std::string cycles;
-        for (uint64_t c : e.cycle_by_rank) cycles += (cycles.empty() ? "" : ",") + std::to_string(c);
+        for (uint64_t c : e.cycle_by_rank)
+          cycles += (cycles.empty() ? "" : ",") + std::to_string(c);
         pending.at(name).negotiate_args =
             "{\"path\":\"coordinator\",\"ready_cycle_by_rank\":[" + cycles + "]}";
       }
@@ -592,8 +577,8 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
     for (Pending* p : items) timeline.event(p->req.spec.name, phase, begin, end, args);
   };
   auto collective_args = [&](size_t bytes) {
-    std::string a = "{\"bytes\":" + std::to_string(bytes) + ",\"tensors\":" +
-                    std::to_string(items.size());
+    std::string a =
+        "{\"bytes\":" + std::to_string(bytes) + ",\"tensors\":" + std::to_string(items.size());
     if (lead.op == OpType::kAllreduce) {
       a += std::string(",\"algorithm\":\"") +
            comm::algorithm_name(comm::choose_allreduce(*comm, bytes, comm::Algorithm::kAuto)) +

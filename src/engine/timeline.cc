@@ -46,23 +46,27 @@ int Timeline::row_of(const std::string& tensor) {
   if (it != rows_.end()) return it->second;
   const int row = static_cast<int>(rows_.size()) + 1;
   rows_.emplace(tensor, row);
-  nlohmann::json meta = {{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", row},
-                         {"args", {{"name", tensor}}}};
+  nlohmann::json meta = {
+      {"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", row}, {"args", {{"name", tensor}}}};
   buffer_ += (first_ ? "\n" : ",\n") + meta.dump();
   first_ = false;
   return row;
 }
 
-void Timeline::event(const std::string& tensor, const std::string& name,
-                     Clock::time_point begin, Clock::time_point end,
-                     const std::string& args_json) {
+void Timeline::event(const std::string& tensor, const std::string& name, Clock::time_point begin,
+                     Clock::time_point end, const std::string& args_json) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (file_ == nullptr) return;
   const int row = row_of(tensor);
   const double ts = std::chrono::duration<double, std::micro>(begin - origin_).count();
   const double dur = std::chrono::duration<double, std::micro>(end - begin).count();
-  nlohmann::json e = {{"ph", "X"}, {"name", name}, {"pid", 0}, {"tid", row}, {"ts", ts},
-                      {"dur", dur}, {"args", nlohmann::json::parse(args_json)}};
+  nlohmann::json e = {{"ph", "X"},
+                      {"name", name},
+                      {"pid", 0},
+                      {"tid", row},
+                      {"ts", ts},
+                      {"dur", dur},
+                      {"args", nlohmann::json::parse(args_json)}};
   buffer_ += (first_ ? "\n" : ",\n") + e.dump();
   first_ = false;
   if (buffer_.size() > (64u << 10)) write("");

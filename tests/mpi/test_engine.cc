@@ -3,15 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <sstream>
-#include <thread>
-#include <chrono>
-#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/collectives.h"
