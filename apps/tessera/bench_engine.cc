@@ -103,7 +103,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
     engine::EngineOptions eo = engine::EngineOptions::from_knobs();
     eo.cache_capacity = cache_on ? 1024 : 0;
     engine::Engine engine(*world, eo);
-    std::vector<double> step_ms, control_ms;
+    std::vector<double> step_ms, control_ms, control_cpu_ms;
     for (int i = 0; i < o.warmup + o.steps; ++i) {
       comm::barrier(*world);
       const engine::Engine::Stats before = engine.stats();
@@ -120,11 +120,13 @@ int run_engine_bench(const EngineBenchOptions& o) {
       if (i >= o.warmup) {
         step_ms.push_back(ms);
         control_ms.push_back((after.control_seconds - before.control_seconds) * 1e3);
+        control_cpu_ms.push_back((after.control_cpu_seconds - before.control_cpu_seconds) * 1e3);
       }
     }
     const std::string key = cache_on ? "cache_on" : "cache_off";
     report[key]["step_ms"] = max_over_ranks(*world, median(step_ms));
     report[key]["control_ms_per_step"] = max_over_ranks(*world, median(control_ms));
+    report[key]["control_cpu_ms_per_step"] = max_over_ranks(*world, median(control_cpu_ms));
     for (const auto& out : outs) {
       TESSERA_CHECK(out.front() == static_cast<float>(1.0) && out.back() == 1.0f,
                     "engine bench: wrong average");
@@ -153,14 +155,18 @@ int run_engine_bench(const EngineBenchOptions& o) {
     const double mpi = report["mpi_allreduce_ms"];
     for (const char* key : {"cache_on", "cache_off"}) {
       const double step = report[key]["step_ms"], control = report[key]["control_ms_per_step"];
+      const double cpu = report[key]["control_cpu_ms_per_step"];
       std::printf(
           "  %-9s step %9.3f ms (%.2fx one MPI_Allreduce of %.3f ms)  control plane "
-          "%8.3f ms per step\n",
-          key, step, step / mpi, mpi, control);
+          "%8.3f ms per step, of it CPU %.3f ms\n",
+          key, step, step / mpi, mpi, control, cpu);
     }
     const double on = report["cache_on"]["control_ms_per_step"];
     const double off = report["cache_off"]["control_ms_per_step"];
-    std::printf("  control plane with the cache off / on: %.2fx\n", off / on);
+    const double cpu_on = report["cache_on"]["control_cpu_ms_per_step"];
+    const double cpu_off = report["cache_off"]["control_cpu_ms_per_step"];
+    std::printf("  control plane with the cache off / on: %.2fx wall, %.2fx CPU\n", off / on,
+                cpu_off / cpu_on);
     std::printf(
         "  4 KiB allreduce through the engine: %.1f us (cycle %.1f ms), %.1f us (cycle 0)\n",
         report["latency_4KiB_us"]["cycle_default"].get<double>(),

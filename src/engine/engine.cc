@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -26,6 +28,14 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// CPU time of the calling thread: what negotiation costs, excluding time blocked or yielded
+// while waiting for other ranks.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 // Status bytes in front of the cache bytes of the per-cycle AND-allreduce. Each is 1 when all
@@ -322,6 +332,7 @@ void Engine::Impl::run() {
 
 bool Engine::Impl::cycle() {
   const auto t0 = Clock::now();
+  const double cpu0 = thread_cpu_seconds();
   double data_s = 0;  // time in execute(): data movement, not negotiation
   const int n = comm->size();
   bool want_shutdown;
@@ -349,7 +360,8 @@ bool Engine::Impl::cycle() {
     if (p.state != State::kCached) need_round = true;
   }
   // 2. One AND over status bytes and cache bytes.
-  std::vector<uint8_t> votes(kStatusBytes + cache.capacity(), 0);
+  const size_t span = cache.bit_span();
+  std::vector<uint8_t> votes(kStatusBytes + span, 0);
   votes[kAlive] = want_shutdown ? 0 : 1;
   votes[kNoRoundNeeded] = need_round ? 0 : 1;
   for (const auto& kv : pending) {
@@ -362,7 +374,7 @@ bool Engine::Impl::cycle() {
 
   std::vector<Ready> ready;
   uint64_t hits = 0;
-  for (size_t b = 0; b < cache.capacity(); ++b) {
+  for (size_t b = 0; b < span; ++b) {
     if (votes[kStatusBytes + b] == 0) continue;
     const int bit = static_cast<int>(b);
     const std::string name = cache.spec(bit).name;
@@ -528,6 +540,7 @@ bool Engine::Impl::cycle() {
     stats.cache_hits += hits;
     if (round) ++stats.coordinator_rounds;
     stats.control_seconds += seconds_since(t0);
+    stats.control_cpu_seconds += thread_cpu_seconds() - cpu0;
   }
   ++cycle_index;
   const auto td = Clock::now();

@@ -93,7 +93,9 @@ class Engine {
     uint64_t coordinator_rounds = 0;
     uint64_t cache_hits = 0;
     uint64_t tensors_done = 0;
-    double control_seconds = 0;  // time in negotiation (not in data movement)
+    double control_seconds = 0;      // wall time in negotiation (not in data movement)
+    double control_cpu_seconds = 0;  // the engine thread's CPU time in negotiation: the work
+                                     // itself, without the time spent waiting for other ranks
     double data_seconds = 0;
   };
   Stats stats() const;

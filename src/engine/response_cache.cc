@@ -68,6 +68,13 @@ const TensorSpec& ResponseCache::spec(int bit) const {
   return entries_[static_cast<size_t>(bit)].spec;
 }
 
+size_t ResponseCache::bit_span() const {
+  for (size_t b = capacity_; b > 0; --b) {
+    if (entries_[b - 1].used) return b;
+  }
+  return 0;
+}
+
 std::vector<int> ResponseCache::lru_order() const { return {lru_.begin(), lru_.end()}; }
 
 }  // namespace engine

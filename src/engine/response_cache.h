@@ -45,6 +45,9 @@ class ResponseCache {
   bool contains(int bit) const;
   const TensorSpec& spec(int bit) const;
   size_t size() const { return by_name_.size(); }
+  // One past the highest bit in use (0 when empty): the length of the vote. Identical on every
+  // rank, and compact because freed bits are reused lowest first.
+  size_t bit_span() const;
   size_t capacity() const { return capacity_; }
   // Bits from least to most recently used (for tests and the stall inspector).
   std::vector<int> lru_order() const;

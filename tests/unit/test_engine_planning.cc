@@ -84,7 +84,9 @@ TEST(ResponseCache, EvictsLeastRecentlyUsedAndReusesItsBit) {
   EXPECT_EQ(c.put(spec("d")), 1);  // evicts b, reuses its bit
   EXPECT_EQ(c.lookup(spec("b")).state, ResponseCache::State::kMiss);
   EXPECT_EQ(c.spec(1).name, "d");
+  EXPECT_EQ(c.bit_span(), 3u);
   c.erase(2);
+  EXPECT_EQ(c.bit_span(), 2u);  // the vote shrinks with the highest bit in use
   c.erase(0);
   EXPECT_EQ(c.put(spec("e")), 0);  // lowest free bit first
   EXPECT_EQ(c.put(spec("f")), 2);
