@@ -116,6 +116,10 @@ struct Engine::Impl {
   Timeline timeline;
   Clock::time_point last_flush;
 
+  int set_id = 0;
+
+  void start();
+  void request_shutdown(const std::string& reason);
   void run();
   bool cycle();
   void execute(const std::vector<Ready>& ready);
@@ -124,45 +128,117 @@ struct Engine::Impl {
   void fail_all(std::exception_ptr e);
 };
 
-Engine::Engine(comm::Communicator& c, const EngineOptions& options) : impl_(new Impl(c, options)) {
+Engine::Engine(comm::Communicator& c, const EngineOptions& options)
+    : options_(options), base_(c.dup()) {
   TESSERA_CHECK(options.cycle_time_ms >= 0, "cycle time must be >= 0 ms, got ",
                 options.cycle_time_ms);
-  if (!options.timeline.empty() && impl_->comm->rank() == 0) {
-    impl_->timeline.start(options.timeline);
+  sets_.push_back(std::make_unique<Impl>(c, options));
+  if (!options.timeline.empty() && sets_[0]->comm->rank() == 0) {
+    sets_[0]->timeline.start(options.timeline);
   }
-  impl_->thread = std::thread([this] { impl_->run(); });
+  sets_[0]->start();
 }
 
-void Engine::start_timeline(const std::string& path) { impl_->timeline.start(path); }
-void Engine::stop_timeline() { impl_->timeline.stop(); }
+void Engine::Impl::start() {
+  thread = std::thread([this] { run(); });
+}
+
+void Engine::Impl::request_shutdown(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!shutdown_requested) {
+      shutdown_requested = true;
+      shutdown_reason = reason;
+    }
+  }
+  cv.notify_all();
+}
+
+Engine::Impl& Engine::set_for(int id) const {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  TESSERA_CHECK(id >= 0 && static_cast<size_t>(id) < sets_.size(), "process set ", id,
+                " does not exist; add it with add_process_set (set 0 is every rank)");
+  TESSERA_CHECK(sets_[static_cast<size_t>(id)] != nullptr, "rank ", base_->rank(),
+                " is not a member of process set ", id);
+  return *sets_[static_cast<size_t>(id)];
+}
+
+int Engine::add_process_set(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  const int n = base_->size();
+  TESSERA_CHECK(!ranks.empty(), "a process set needs at least one rank");
+  TESSERA_CHECK(ranks.front() >= 0 && ranks.back() < n, "process set ranks must be in 0..", n - 1);
+  TESSERA_CHECK(std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end(),
+                "a process set lists a rank twice");
+  // Every rank must describe the same set: compare a digest of the list across ranks.
+  std::string all;
+  for (int r : ranks) all += std::to_string(r) + ",";
+  const int64_t digest = static_cast<int64_t>(std::hash<std::string>{}(all)&0x7fffffffffff);
+  int64_t lo = digest, hi = digest;
+  comm::AllreduceOptions mn, mx;
+  mn.op = ReduceOp::kMin;
+  mx.op = ReduceOp::kMax;
+  comm::allreduce(*base_, &lo, &lo, 1, DataType::kInt64, mn);
+  comm::allreduce(*base_, &hi, &hi, 1, DataType::kInt64, mx);
+  TESSERA_CHECK(lo == hi,
+                "add_process_set was called with different rank lists on different "
+                "ranks (this rank: ",
+                all, "); every rank must pass the same list");
+  const bool member = std::binary_search(ranks.begin(), ranks.end(), base_->rank());
+  std::unique_ptr<comm::Communicator> sub = base_->split(member ? 0 : -1, base_->rank());
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  const int id = static_cast<int>(sets_.size());
+  if (member) {
+    auto impl = std::make_unique<Impl>(*sub, options_);
+    impl->set_id = id;
+    impl->start();
+    sets_.push_back(std::move(impl));
+  } else {
+    sets_.push_back(nullptr);
+  }
+  return id;
+}
+
+void Engine::start_timeline(const std::string& path) { set_for(0).timeline.start(path); }
+void Engine::stop_timeline() { set_for(0).timeline.stop(); }
 
 Engine::~Engine() {
   try {
     shutdown("the Engine was destroyed on rank " + std::to_string(rank()));
   } catch (...) {
   }
-  if (impl_->thread.joinable()) impl_->thread.join();
+  for (auto& set : sets_) {
+    if (set && set->thread.joinable()) set->thread.join();
+  }
 }
 
-int Engine::rank() const { return impl_->comm->rank(); }
-int Engine::size() const { return impl_->comm->size(); }
+int Engine::rank() const { return base_->rank(); }
+int Engine::size() const { return base_->size(); }
 
 void Engine::shutdown(const std::string& reason) {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    if (!impl_->shutdown_requested) {
-      impl_->shutdown_requested = true;
-      impl_->shutdown_reason = reason;
-    }
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  for (auto& set : sets_) {
+    if (set) set->request_shutdown(reason);
   }
-  impl_->cv.notify_all();
 }
 
-bool Engine::is_shut_down() const { return impl_->stopped.load(); }
+bool Engine::is_shut_down() const { return set_for(0).stopped.load(); }
 
 Engine::Stats Engine::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->stats;
+  Stats total;
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  for (const auto& set : sets_) {
+    if (!set) continue;
+    std::lock_guard<std::mutex> set_lock(set->mu);
+    total.cycles += set->stats.cycles;
+    total.coordinator_rounds += set->stats.coordinator_rounds;
+    total.cache_hits += set->stats.cache_hits;
+    total.tensors_done += set->stats.tensors_done;
+    total.control_seconds += set->stats.control_seconds;
+    total.control_cpu_seconds += set->stats.control_cpu_seconds;
+    total.data_seconds += set->stats.data_seconds;
+  }
+  return total;
 }
 
 Handle Engine::enqueue(Request request) {
@@ -176,8 +252,14 @@ std::vector<Handle> Engine::enqueue_group(std::vector<Request> requests) {
 }
 
 std::vector<Handle> Engine::enqueue_group_impl(std::vector<Request> requests, bool as_group) {
-  Impl& m = *impl_;
-  const int n = size();
+  TESSERA_CHECK(!requests.empty(), "enqueue_group needs at least one request");
+  const int set = requests.front().spec.process_set;
+  for (const Request& r : requests) {
+    TESSERA_CHECK(r.spec.process_set == set, "a group's members must share one process set; '",
+                  r.spec.name, "' is in set ", r.spec.process_set, ", not ", set);
+  }
+  Impl& m = set_for(set);
+  const int n = m.comm->size();
   // Validate everything before enqueuing anything: a bad request leaves no trace.
   std::vector<std::string> names;
   for (const Request& r : requests) {

@@ -78,8 +78,8 @@ class Engine {
   // The first dimension must divide by the number of ranks; block j goes to rank j.
   Handle enqueue_alltoall(const std::string& name, const void* input, void* output, DataType dtype,
                           std::vector<int64_t> shape);
-  // Enqueues all at once as one group: released only when every member is ready everywhere,
-  // and fused together unless they exceed the fusion threshold.
+  // Enqueues all at once as one group (all in one process set): released only when every member is
+  // ready everywhere, and fused together unless they exceed the fusion threshold.
   std::vector<Handle> enqueue_group(std::vector<Request> requests);
   Handle enqueue(Request request);
 
@@ -100,6 +100,13 @@ class Engine {
   };
   Stats stats() const;
 
+  // Process sets: collectives among a subset of the ranks, negotiated independently of the
+  // other sets (each set has its own communicator, cache, coordinator table and thread, so a
+  // stalled or long collective in one set never holds back another). Collective over all
+  // ranks of the engine, called with the same list in the same order everywhere (checked);
+  // returns the set's id for Request::spec.process_set. Set 0 is every rank.
+  int add_process_set(std::vector<int> ranks);
+
   // Starts / stops the Chrome trace of this rank's engine (TESSERA_TIMELINE starts it on
   // rank 0 at construction). start throws InvalidArgument if the file cannot be written.
   void start_timeline(const std::string& path);
@@ -108,8 +115,13 @@ class Engine {
  private:
   std::vector<Handle> enqueue_group_impl(std::vector<Request> requests, bool as_group);
 
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  struct Impl;  // one process set: its communicator, negotiation state and thread
+  Impl& set_for(int id) const;
+
+  EngineOptions options_;
+  std::unique_ptr<comm::Communicator> base_;  // the user thread's, for creating sets
+  mutable std::mutex sets_mu_;
+  std::vector<std::unique_ptr<Impl>> sets_;  // by id; nullptr where this rank is no member
 };
 
 }  // namespace engine

@@ -353,3 +353,77 @@ TEST_F(EngineTest, TimelineIsValidJsonWhileRunningAndHoldsTheEvents) {
 }  // namespace
 }  // namespace engine
 }  // namespace tessera
+
+namespace tessera {
+namespace engine {
+namespace {
+
+TEST_F(EngineTest, ProcessSetsReduceAmongTheirMembersIndependently) {
+  const int n = world_->size(), r = world_->rank();
+  Engine engine(*world_, fast());
+  std::vector<int> evens, odds, all;
+  for (int q = 0; q < n; ++q) {
+    (q % 2 ? odds : evens).push_back(q);
+    all.push_back(q);
+  }
+  const int even_set = engine.add_process_set(evens);
+  const int odd_set = odds.empty() ? -1 : engine.add_process_set(odds);
+  const int all_set = engine.add_process_set(all);
+  // Sums among the members only.
+  {
+    Request req;
+    req.spec.name = "parity.sum";
+    req.spec.shape = {3};
+    req.spec.reduce_op = ReduceOp::kSum;
+    req.spec.process_set = r % 2 ? odd_set : even_set;
+    std::vector<float> x(3, static_cast<float>(r + 1)), y(3);
+    req.input = x.data();
+    req.output = y.data();
+    engine.enqueue(req).wait(30);
+    float want = 0;
+    for (int q : (r % 2 ? odds : evens)) want += static_cast<float>(q + 1);
+    EXPECT_EQ(y[2], want);
+  }
+  // Not a member: refused at the call.
+  if (n > 1) {
+    Request req;
+    req.spec.name = "foreign";
+    req.spec.shape = {1};
+    req.spec.process_set = r % 2 ? even_set : odd_set;
+    float x = 0, y = 0;
+    req.input = &x;
+    req.output = &y;
+    EXPECT_THROW(engine.enqueue(req), InvalidArgument);
+  }
+  // A tensor stalled in set 0 (rank 0 holds it back) does not hold back set `all_set`.
+  float a = 1, b = 0;
+  Handle held;
+  if (r != 0)
+    held = engine.enqueue_allreduce("held", &a, &b, DataType::kFloat32, {1}, ReduceOp::kSum);
+  {
+    Request req;
+    req.spec.name = "free";
+    req.spec.shape = {1};
+    req.spec.reduce_op = ReduceOp::kSum;
+    req.spec.process_set = all_set;
+    float x = 1, y = 0;
+    req.input = &x;
+    req.output = &y;
+    engine.enqueue(req).wait(30);
+    EXPECT_EQ(y, static_cast<float>(n));
+  }
+  if (r == 0)
+    held = engine.enqueue_allreduce("held", &a, &b, DataType::kFloat32, {1}, ReduceOp::kSum);
+  held.wait(30);
+  EXPECT_EQ(b, static_cast<float>(n));
+  // Different lists on different ranks are refused everywhere.
+  if (n > 1) {
+    std::vector<int> mine = {0, r == 0 ? 1 : n - 1};
+    if (n == 2) mine = {r};
+    EXPECT_THROW(engine.add_process_set(mine), InvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace engine
+}  // namespace tessera
