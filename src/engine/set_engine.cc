@@ -1,0 +1,497 @@
+// The cycle of one process set's engine: vote, coordinator round, groups, fusion, execution.
+#include "engine/set_engine.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+
+#include "comm/collectives.h"
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/reduce.h"
+#include "engine/fusion.h"
+#include "engine/wire.h"
+
+namespace tessera {
+namespace engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// CPU time of the calling thread: what negotiation costs, excluding time blocked or yielded
+// while waiting for other ranks.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Status bytes in front of the cache bytes of the per-cycle AND-allreduce. Each is 1 when all
+// is quiet on a rank, so the AND (a min over 0/1 bytes) is 0 when any rank needs attention.
+constexpr size_t kAlive = 0;          // 0: some rank asks for shutdown
+constexpr size_t kNoRoundNeeded = 1;  // 0: some rank has work for the coordinator
+constexpr size_t kStatusBytes = 2;
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
+}  // namespace
+
+void Engine::Impl::start() {
+  thread = std::thread([this] { run(); });
+}
+
+void Engine::Impl::request_shutdown(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!shutdown_requested) {
+      shutdown_requested = true;
+      shutdown_reason = reason;
+    }
+  }
+  cv.notify_all();
+}
+// ---- the engine thread ----
+
+void Engine::Impl::run() {
+  try {
+    for (;;) {
+      std::deque<Pending> fresh;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        // An idle engine still joins a cycle every millisecond at least: the other ranks may
+        // have work that needs everyone's vote.
+        const double wait_ms = opt.cycle_time_ms > 0 ? opt.cycle_time_ms : 1.0;
+        const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double, std::milli>(wait_ms));
+        cv.wait_until(lock, until, [&] {
+          return shutdown_requested || (opt.cycle_time_ms == 0 && !queue.empty());
+        });
+        fresh.swap(queue);
+      }
+      for (Pending& p : fresh) {
+        const std::string name = p.req.spec.name;
+        pending.emplace(name, std::move(p));
+      }
+      if (cycle()) break;
+    }
+  } catch (...) {
+    fail_all(std::current_exception());
+  }
+  stopped = true;
+}
+
+bool Engine::Impl::cycle() {
+  const auto t0 = Clock::now();
+  const double cpu0 = thread_cpu_seconds();
+  double data_s = 0;  // time in execute(): data movement, not negotiation
+  const int n = comm->size();
+  bool want_shutdown;
+  std::string my_reason;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    want_shutdown = shutdown_requested;
+    my_reason = shutdown_reason;
+  }
+  // 1. Classify new requests; cached ones that waited too long fall back to the coordinator
+  //    so that the ranks they wait on can be named.
+  bool need_round = false;
+  for (auto& kv : pending) {
+    Pending& p = kv.second;
+    if (p.state == State::kNew) {
+      const ResponseCache::Lookup l = cache.lookup(p.req.spec);
+      if (l.state == ResponseCache::State::kHit) {
+        p.state = State::kCached;
+        p.bit = l.bit;
+      }
+    }
+    if (p.state == State::kCached && seconds_since(p.enqueued) > opt.stall_check_s) {
+      p.state = State::kNew;
+    }
+    if (p.state != State::kCached) need_round = true;
+  }
+  // 2. One AND over status bytes and cache bytes.
+  const size_t span = cache.bit_span();
+  std::vector<uint8_t> votes(kStatusBytes + span, 0);
+  votes[kAlive] = want_shutdown ? 0 : 1;
+  votes[kNoRoundNeeded] = need_round ? 0 : 1;
+  for (const auto& kv : pending) {
+    if (kv.second.state == State::kCached)
+      votes[kStatusBytes + static_cast<size_t>(kv.second.bit)] = 1;
+  }
+  comm::AllreduceOptions min;
+  min.op = ReduceOp::kMin;
+  comm::allreduce(*comm, votes.data(), votes.data(), votes.size(), DataType::kUInt8, min);
+
+  std::vector<Ready> ready;
+  uint64_t hits = 0;
+  for (size_t b = 0; b < span; ++b) {
+    if (votes[kStatusBytes + b] == 0) continue;
+    const int bit = static_cast<int>(b);
+    const std::string name = cache.spec(bit).name;
+    cache.touch(bit);
+    pending.at(name).negotiate_args = "{\"path\":\"cache\",\"bit\":" + std::to_string(bit) + "}";
+    ready.push_back({name, ""});
+    ++hits;
+  }
+  const bool shutting_down = votes[kAlive] == 0;
+  bool round = votes[kNoRoundNeeded] == 0 || shutting_down;
+  std::vector<std::pair<int, std::string>> reasons;
+  if (round) {
+    // 3. Coordinator round: gather every rank's shutdown reason and the specs it has not sent
+    //    yet (all pending that did not just pass by cache bits), then run the same coordinator
+    //    logic everywhere.
+    std::vector<TensorSpec> mine;
+    for (auto& kv : pending) {
+      Pending& p = kv.second;
+      const bool passed =
+          p.state == State::kCached && votes[kStatusBytes + static_cast<size_t>(p.bit)];
+      if (passed || p.state == State::kSent) continue;
+      mine.push_back(p.req.spec);
+      p.state = State::kSent;
+    }
+    const std::string body = encode_specs(mine);
+    std::string msg;
+    const uint32_t rlen = want_shutdown ? static_cast<uint32_t>(my_reason.size()) : 0;
+    msg.append(reinterpret_cast<const char*>(&rlen), 4);
+    if (want_shutdown) msg += my_reason;
+    msg += body;
+    int64_t len = static_cast<int64_t>(msg.size());
+    std::vector<int64_t> lens(static_cast<size_t>(n));
+    comm::allgather(*comm, &len, lens.data(), 1, DataType::kInt64);
+    std::vector<size_t> counts(lens.begin(), lens.end());
+    size_t total = 0;
+    for (size_t c : counts) total += c;
+    std::string all(total, '\0');
+    comm::allgatherv(*comm, msg.data(), &all[0], counts, DataType::kUInt8);
+    size_t at = 0;
+    for (int r = 0; r < n; ++r) {
+      const char* m = all.data() + at;
+      const size_t size = counts[static_cast<size_t>(r)];
+      at += size;
+      TESSERA_ASSERT(size >= 4, "short negotiation message from rank ", r);
+      uint32_t rl = 0;
+      std::memcpy(&rl, m, 4);
+      TESSERA_ASSERT(4 + rl <= size, "bad negotiation message from rank ", r);
+      if (rl > 0) reasons.emplace_back(r, std::string(m + 4, rl));
+      for (TensorSpec& s : decode_specs(m + 4 + rl, size - 4 - rl)) {
+        auto it = table.find(s.name);
+        if (it == table.end()) {
+          Entry e;
+          e.by_rank.resize(static_cast<size_t>(n));
+          e.cycle_by_rank.assign(static_cast<size_t>(n), 0);
+          e.first_seen = Clock::now();
+          it = table.emplace(s.name, std::move(e)).first;
+          table_order.push_back(s.name);
+        }
+        if (!it->second.by_rank[static_cast<size_t>(r)]) {
+          it->second.by_rank[static_cast<size_t>(r)] = std::move(s);
+          it->second.cycle_by_rank[static_cast<size_t>(r)] = cycle_index;
+          ++it->second.count;
+        }
+      }
+    }
+    // Complete the names every rank has sent, in first-arrival order (the same everywhere).
+    std::vector<std::string> still;
+    for (const std::string& name : table_order) {
+      Entry& e = table.at(name);
+      if (e.count < n) {
+        still.push_back(name);
+        continue;
+      }
+      const TensorSpec& first = *e.by_rank[0];
+      std::string error;
+      for (int r = 1; r < n && error.empty(); ++r) {
+        const std::string diff = spec_difference(first, *e.by_rank[static_cast<size_t>(r)]);
+        if (diff.empty()) continue;
+        // Name every rank on each side of the first disagreement.
+        std::vector<int> same, other;
+        for (int q = 0; q < n; ++q) {
+          (spec_difference(first, *e.by_rank[static_cast<size_t>(q)]).empty() ? same : other)
+              .push_back(q);
+        }
+        error = "mismatch in collective '" + name + "': " + diff + " (ranks " + join_ranks(same) +
+                " vs ranks " + join_ranks(other) + ")";
+      }
+      if (error.empty()) {
+        // Same order on every rank, so the caches stay identical.
+        if (cache.lookup(first).state != ResponseCache::State::kHit) cache.put(first);
+      } else {
+        const ResponseCache::Lookup l = cache.lookup(first);
+        if (l.bit >= 0) cache.erase(l.bit);
+      }
+      if (timeline.active()) {
+        std::string cycles;
+        for (uint64_t c : e.cycle_by_rank)
+          cycles += (cycles.empty() ? "" : ",") + std::to_string(c);
+        pending.at(name).negotiate_args =
+            "{\"path\":\"coordinator\",\"ready_cycle_by_rank\":[" + cycles + "]}";
+      }
+      ready.push_back({name, error});
+      table.erase(name);
+    }
+    table_order.swap(still);
+    // Stall inspector: rank 0 names who is missing; past the shutdown time, shut down.
+    for (const std::string& name : table_order) {
+      Entry& e = table.at(name);
+      const double age = seconds_since(e.first_seen);
+      if (age < opt.stall_check_s) continue;
+      std::vector<int> missing, present;
+      for (int q = 0; q < n; ++q)
+        (e.by_rank[static_cast<size_t>(q)] ? present : missing).push_back(q);
+      const std::string report =
+          detail::concat("stall: collective '", name, "' has waited ",
+                         static_cast<int>(age * 10) / 10.0, " s; ranks ", join_ranks(present),
+                         " enqueued it, ranks ", join_ranks(missing), " have not");
+      if (!e.reported && comm->rank() == 0) TESSERA_LOG(kWarning, report);
+      e.reported = true;
+      if (opt.stall_shutdown_s > 0 && age > opt.stall_shutdown_s) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!shutdown_requested) {
+          shutdown_requested = true;
+          shutdown_reason = report;
+        }
+      }
+    }
+  }
+  if (shutting_down) {
+    std::string why;
+    for (const auto& rr : reasons) {
+      why += (why.empty() ? "" : "; ") + rr.second + " (rank " + std::to_string(rr.first) + ")";
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      final_error = "shut down because " + why;
+    }
+    fail_all(std::make_exception_ptr(Error(final_error)));
+    return true;
+  }
+  // 4. Groups wait until every member passed; then run everything in the agreed order.
+  const auto agreed = Clock::now();
+  std::vector<Ready> runnable;
+  for (const Ready& r : ready) {
+    Pending& p = pending.at(r.name);
+    p.agreed = agreed;
+    timeline.event(r.name, "NEGOTIATE", p.enqueued, agreed, p.negotiate_args);
+    if (p.req.spec.group < 0 || !r.error.empty()) {
+      runnable.push_back(r);
+      continue;
+    }
+    std::vector<std::string>& members = held_groups[p.req.spec.group];
+    members.push_back(r.name);
+    if (static_cast<int>(members.size()) == p.req.spec.group_size) {
+      for (const std::string& m : members) runnable.push_back({m, ""});
+      held_groups.erase(p.req.spec.group);
+    }
+  }
+  {
+    // Counted before the handles complete, so a caller that waited on them sees them.
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.cycles;
+    stats.cache_hits += hits;
+    if (round) ++stats.coordinator_rounds;
+    stats.control_seconds += seconds_since(t0);
+    stats.control_cpu_seconds += thread_cpu_seconds() - cpu0;
+  }
+  ++cycle_index;
+  const auto td = Clock::now();
+  execute(runnable);
+  data_s = seconds_since(td);
+  // Flushing re-closes the JSON array; a few times a second is enough for a trace that
+  // survives a crash, and keeps file writes off most cycles.
+  if (!runnable.empty() && seconds_since(last_flush) > 0.1) {
+    timeline.flush();
+    last_flush = Clock::now();
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  stats.data_seconds += data_s;
+  return false;
+}
+
+void Engine::Impl::execute(const std::vector<Ready>& ready) {
+  std::vector<Pending*> ok;
+  for (const Ready& r : ready) {
+    Pending& p = pending.at(r.name);
+    if (!r.error.empty()) {
+      complete(p, std::make_exception_ptr(InvalidArgument(r.error)));
+    } else {
+      ok.push_back(&p);
+    }
+  }
+  std::vector<TensorSpec> specs;
+  for (Pending* p : ok) specs.push_back(p->req.spec);
+  for (const FusionBatch& b : plan_fusion(specs, opt.fusion_threshold)) {
+    std::vector<Pending*> items;
+    for (size_t i : b.items) items.push_back(ok[i]);
+    run_batch(items);
+    for (Pending* p : items) complete(*p, nullptr);
+  }
+}
+
+void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
+  const TensorSpec& lead = items.front()->req.spec;
+  const int n = comm->size();
+  const size_t esize = dtype_size(lead.dtype);
+  const auto start = Clock::now();
+  for (Pending* p : items) timeline.event(p->req.spec.name, "QUEUE", p->agreed, start);
+  // One trace event per tensor of the batch for each phase.
+  auto trace = [&](const char* phase, Clock::time_point begin, const std::string& args) {
+    if (!timeline.active()) return;
+    const auto end = Clock::now();
+    for (Pending* p : items) timeline.event(p->req.spec.name, phase, begin, end, args);
+  };
+  auto collective_args = [&](size_t bytes) {
+    std::string a =
+        "{\"bytes\":" + std::to_string(bytes) + ",\"tensors\":" + std::to_string(items.size());
+    if (lead.op == OpType::kAllreduce) {
+      a += std::string(",\"algorithm\":\"") +
+           comm::algorithm_name(comm::choose_allreduce(*comm, bytes, comm::Algorithm::kAuto)) +
+           "\"";
+    }
+    return a + "}";
+  };
+  switch (lead.op) {
+    case OpType::kAllreduce: {
+      const bool average = lead.reduce_op == ReduceOp::kAverage;
+      // Averaging and the post-scale are folded into the copy out of the fusion buffer.
+      const double out_factor = lead.postscale * (average ? 1.0 / n : 1.0);
+      comm::AllreduceOptions o;
+      o.op = average ? ReduceOp::kSum : lead.reduce_op;
+      if (items.size() == 1) {
+        Request& r = items.front()->req;
+        const size_t count = r.spec.elements();
+        const void* src = r.input;
+        if (lead.prescale != 1.0) {
+          scale(lead.dtype, lead.prescale, r.input, r.output, count);
+          src = r.output;
+        }
+        const auto t = Clock::now();
+        comm::allreduce(*comm, src, r.output, count, lead.dtype, o);
+        trace("ALLREDUCE", t, collective_args(count * esize));
+        if (out_factor != 1.0) scale(lead.dtype, out_factor, r.output, r.output, count);
+        return;
+      }
+      size_t total = 0;
+      for (Pending* p : items) total += p->req.spec.bytes();
+      if (fusion.size() < total) fusion.resize(total);
+      auto t = Clock::now();
+      size_t off = 0;
+      for (Pending* p : items) {
+        const size_t bytes = p->req.spec.bytes();
+        if (lead.prescale != 1.0) {
+          scale(lead.dtype, lead.prescale, p->req.input, fusion.data() + off, bytes / esize);
+        } else if (bytes > 0) {
+          std::memcpy(fusion.data() + off, p->req.input, bytes);
+        }
+        off += bytes;
+      }
+      trace("MEMCPY_IN_FUSION_BUFFER", t, "{}");
+      t = Clock::now();
+      comm::allreduce(*comm, fusion.data(), fusion.data(), total / esize, lead.dtype, o);
+      trace("ALLREDUCE", t, collective_args(total));
+      t = Clock::now();
+      off = 0;
+      for (Pending* p : items) {
+        const size_t bytes = p->req.spec.bytes();
+        if (out_factor != 1.0) {
+          scale(lead.dtype, out_factor, fusion.data() + off, p->req.output, bytes / esize);
+        } else if (bytes > 0) {
+          std::memcpy(p->req.output, fusion.data() + off, bytes);
+        }
+        off += bytes;
+      }
+      trace("MEMCPY_OUT_FUSION_BUFFER", t, "{}");
+      return;
+    }
+    case OpType::kAllgather: {
+      Pending& p = *items.front();
+      const TensorSpec& s = p.req.spec;
+      size_t row = 1;
+      for (size_t d = 1; d < s.shape.size(); ++d) row *= static_cast<size_t>(s.shape[d]);
+      int64_t mine = s.shape.empty() ? 1 : s.shape[0];
+      std::vector<int64_t> rows(static_cast<size_t>(n));
+      comm::allgather(*comm, &mine, rows.data(), 1, DataType::kInt64);
+      std::vector<size_t> counts;
+      int64_t total_rows = 0;
+      for (int64_t r : rows) {
+        counts.push_back(static_cast<size_t>(r) * row);
+        total_rows += r;
+      }
+      size_t total = 0;
+      for (size_t c : counts) total += c;
+      p.handle->result.assign(total * esize, 0);
+      comm::allgatherv(*comm, p.req.input, p.handle->result.data(), counts, s.dtype);
+      trace("ALLGATHER", start, collective_args(total * esize));
+      p.handle->result_shape = s.shape.empty() ? std::vector<int64_t>{total_rows} : s.shape;
+      p.handle->result_shape[0] = total_rows;
+      return;
+    }
+    case OpType::kBroadcast: {
+      const Request& r = items.front()->req;
+      comm::broadcast(*comm, r.output, r.spec.elements(), r.spec.dtype, r.spec.root);
+      trace("BROADCAST", start, collective_args(r.spec.bytes()));
+      return;
+    }
+    case OpType::kReduceScatter: {
+      const Request& r = items.front()->req;
+      comm::reduce_scatter(*comm, r.input, r.output, r.spec.elements() / static_cast<size_t>(n),
+                           r.spec.dtype, r.spec.reduce_op);
+      trace("REDUCE_SCATTER", start, collective_args(r.spec.bytes()));
+      return;
+    }
+    case OpType::kAlltoall: {
+      const Request& r = items.front()->req;
+      comm::alltoall(*comm, r.input, r.output, r.spec.elements() / static_cast<size_t>(n),
+                     r.spec.dtype);
+      trace("ALLTOALL", start, collective_args(r.spec.bytes()));
+      return;
+    }
+  }
+}
+
+void Engine::Impl::complete(Pending& p, std::exception_ptr e) {
+  const std::string name = p.req.spec.name;
+  std::shared_ptr<HandleState> h = p.handle;
+  pending.erase(name);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    names_in_flight.erase(name);
+    ++stats.tensors_done;
+  }
+  h->finish(std::move(e));
+}
+
+void Engine::Impl::fail_all(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (final_error.empty()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        final_error = x.what();
+      } catch (...) {
+        final_error = "unknown error";
+      }
+    }
+    for (Pending& p : queue) pending.emplace(p.req.spec.name, std::move(p));
+    queue.clear();
+    names_in_flight.clear();
+    shutdown_requested = true;
+  }
+  for (auto& kv : pending) kv.second.handle->finish(e);
+  pending.clear();
+  stopped = true;
+}
+
+}  // namespace engine
+}  // namespace tessera

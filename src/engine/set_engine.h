@@ -1,0 +1,93 @@
+// Internal to src/engine: one process set's engine: its communicator, the negotiation state
+// (pending requests, response cache, coordinator table, held groups) and the thread that runs
+// the cycles. Engine (engine.cc) routes requests to these; set_engine.cc runs them.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "engine/engine.h"
+#include "engine/response_cache.h"
+#include "engine/timeline.h"
+
+namespace tessera {
+namespace engine {
+
+struct Engine::Impl {
+  using Clock = std::chrono::steady_clock;
+
+  enum class State { kNew, kCached, kSent };
+  struct Pending {
+    Request req;
+    std::shared_ptr<HandleState> handle;
+    Clock::time_point enqueued;
+    State state = State::kNew;
+    int bit = -1;
+    Clock::time_point agreed;
+    std::string negotiate_args = "{}";  // for the timeline
+  };
+  // The coordinator's table, identical on every rank: who has sent which spec.
+  struct Entry {
+    std::vector<std::optional<TensorSpec>> by_rank;
+    std::vector<uint64_t> cycle_by_rank;  // the cycle in which each rank's spec arrived
+    int count = 0;
+    Clock::time_point first_seen;
+    bool reported = false;
+  };
+  struct Ready {
+    std::string name;
+    std::string error;  // empty: run it
+  };
+
+  Impl(comm::Communicator& c, const EngineOptions& o)
+      : comm(c.dup()), opt(o), cache(o.cache_capacity) {}
+
+  std::unique_ptr<comm::Communicator> comm;
+  EngineOptions opt;
+  ResponseCache cache;
+
+  // Shared with the callers' threads.
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Pending> queue;
+  std::map<std::string, int> names_in_flight;  // duplicate names are refused at enqueue
+  bool shutdown_requested = false;
+  std::string shutdown_reason;
+  std::string final_error;  // why the engine stopped; set once
+  std::atomic<bool> stopped{false};
+  Stats stats;
+  std::thread thread;
+
+  // Engine thread only.
+  std::map<std::string, Pending> pending;
+  std::map<std::string, Entry> table;
+  std::vector<std::string> table_order;
+  std::map<int, std::vector<std::string>> held_groups;  // agreed members waiting for the rest
+  std::vector<char> fusion;
+  uint64_t cycle_index = 0;  // identical on every rank: cycles run in lockstep
+  Timeline timeline;
+  Clock::time_point last_flush;
+
+  int set_id = 0;
+
+  void start();
+  void request_shutdown(const std::string& reason);
+  void run();
+  bool cycle();
+  void execute(const std::vector<Ready>& ready);
+  void run_batch(const std::vector<Pending*>& items);
+  void complete(Pending& p, std::exception_ptr e);
+  void fail_all(std::exception_ptr e);
+};
+
+}  // namespace engine
+}  // namespace tessera
