@@ -103,7 +103,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
     engine::EngineOptions eo = engine::EngineOptions::from_knobs();
     eo.cache_capacity = cache_on ? 1024 : 0;
     engine::Engine engine(*world, eo);
-    std::vector<double> step_ms, control_ms, control_cpu_ms;
+    std::vector<double> step_ms, control_ms, control_cpu_ms, cycles, rounds;
     for (int i = 0; i < o.warmup + o.steps; ++i) {
       comm::barrier(*world);
       const engine::Engine::Stats before = engine.stats();
@@ -121,12 +121,16 @@ int run_engine_bench(const EngineBenchOptions& o) {
         step_ms.push_back(ms);
         control_ms.push_back((after.control_seconds - before.control_seconds) * 1e3);
         control_cpu_ms.push_back((after.control_cpu_seconds - before.control_cpu_seconds) * 1e3);
+        cycles.push_back(static_cast<double>(after.cycles - before.cycles));
+        rounds.push_back(static_cast<double>(after.coordinator_rounds - before.coordinator_rounds));
       }
     }
     const std::string key = cache_on ? "cache_on" : "cache_off";
     report[key]["step_ms"] = max_over_ranks(*world, median(step_ms));
     report[key]["control_ms_per_step"] = max_over_ranks(*world, median(control_ms));
     report[key]["control_cpu_ms_per_step"] = max_over_ranks(*world, median(control_cpu_ms));
+    report[key]["cycles_per_step"] = median(cycles);
+    report[key]["coordinator_rounds_per_step"] = median(rounds);
     for (const auto& out : outs) {
       TESSERA_CHECK(out.front() == static_cast<float>(1.0) && out.back() == 1.0f,
                     "engine bench: wrong average");
@@ -158,8 +162,9 @@ int run_engine_bench(const EngineBenchOptions& o) {
       const double cpu = report[key]["control_cpu_ms_per_step"];
       std::printf(
           "  %-9s step %9.3f ms (%.2fx one MPI_Allreduce of %.3f ms)  control plane "
-          "%8.3f ms per step, of it CPU %.3f ms\n",
-          key, step, step / mpi, mpi, control, cpu);
+          "%8.3f ms per step, of it CPU %.3f ms; %.0f cycles, %.0f coordinator rounds per step\n",
+          key, step, step / mpi, mpi, control, cpu, report[key]["cycles_per_step"].get<double>(),
+          report[key]["coordinator_rounds_per_step"].get<double>());
     }
     const double on = report["cache_on"]["control_ms_per_step"];
     const double off = report["cache_off"]["control_ms_per_step"];
