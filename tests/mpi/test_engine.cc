@@ -300,13 +300,6 @@ TEST_F(EngineTest, BadInputIsRefusedAtTheCall) {
   EXPECT_FALSE(h.poll());
 }
 
-}  // namespace
-}  // namespace engine
-}  // namespace tessera
-
-namespace tessera {
-namespace engine {
-namespace {
 
 TEST_F(EngineTest, TimelineIsValidJsonWhileRunningAndHoldsTheEvents) {
   const int r = world_->rank();
@@ -350,13 +343,6 @@ TEST_F(EngineTest, TimelineIsValidJsonWhileRunningAndHoldsTheEvents) {
   std::remove(path.c_str());
 }
 
-}  // namespace
-}  // namespace engine
-}  // namespace tessera
-
-namespace tessera {
-namespace engine {
-namespace {
 
 TEST_F(EngineTest, ProcessSetsReduceAmongTheirMembersIndependently) {
   const int n = world_->size(), r = world_->rank();

@@ -204,13 +204,6 @@ TEST(Fusion, PacksSmallTensorsPastALargeOne) {
   EXPECT_EQ(off[1].items, (std::vector<size_t>{1}));
 }
 
-}  // namespace
-}  // namespace engine
-}  // namespace tessera
-
-namespace tessera {
-namespace engine {
-namespace {
 
 TEST(Wire, RoundTripsEveryField) {
   TensorSpec a = spec("layer1.conv.weight", {64, 3, 7, 7}, DataType::kBFloat16);
