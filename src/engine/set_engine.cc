@@ -39,12 +39,6 @@ constexpr size_t kAlive = 0;          // 0: some rank asks for shutdown
 constexpr size_t kNoRoundNeeded = 1;  // 0: some rank has work for the coordinator
 constexpr size_t kStatusBytes = 2;
 
-std::string join_ranks(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
-  return s;
-}
-
 }  // namespace
 
 void Engine::Impl::start() {
@@ -185,77 +179,32 @@ bool Engine::Impl::cycle() {
       TESSERA_ASSERT(4 + rl <= size, "bad negotiation message from rank ", r);
       if (rl > 0) reasons.emplace_back(r, std::string(m + 4, rl));
       for (TensorSpec& s : decode_specs(m + 4 + rl, size - 4 - rl)) {
-        auto it = table.find(s.name);
-        if (it == table.end()) {
-          Entry e;
-          e.by_rank.resize(static_cast<size_t>(n));
-          e.cycle_by_rank.assign(static_cast<size_t>(n), 0);
-          e.first_seen = Clock::now();
-          it = table.emplace(s.name, std::move(e)).first;
-          table_order.push_back(s.name);
-        }
-        if (!it->second.by_rank[static_cast<size_t>(r)]) {
-          it->second.by_rank[static_cast<size_t>(r)] = std::move(s);
-          it->second.cycle_by_rank[static_cast<size_t>(r)] = cycle_index;
-          ++it->second.count;
-        }
+        coordinator.add(r, std::move(s), cycle_index, Clock::now());
       }
     }
-    // Complete the names every rank has sent, in first-arrival order (the same everywhere).
-    std::vector<std::string> still;
-    for (const std::string& name : table_order) {
-      Entry& e = table.at(name);
-      if (e.count < n) {
-        still.push_back(name);
-        continue;
-      }
-      const TensorSpec& first = *e.by_rank[0];
-      std::string error;
-      for (int r = 1; r < n && error.empty(); ++r) {
-        const std::string diff = spec_difference(first, *e.by_rank[static_cast<size_t>(r)]);
-        if (diff.empty()) continue;
-        // Name every rank on each side of the first disagreement.
-        std::vector<int> same, other;
-        for (int q = 0; q < n; ++q) {
-          (spec_difference(first, *e.by_rank[static_cast<size_t>(q)]).empty() ? same : other)
-              .push_back(q);
-        }
-        error = "mismatch in collective '" + name + "': " + diff + " (ranks " + join_ranks(same) +
-                " vs ranks " + join_ranks(other) + ")";
-      }
-      if (error.empty()) {
-        // Same order on every rank, so the caches stay identical.
-        if (cache.lookup(first).state != ResponseCache::State::kHit) cache.put(first);
-      } else {
-        const ResponseCache::Lookup l = cache.lookup(first);
-        if (l.bit >= 0) cache.erase(l.bit);
+    for (Coordinator::Decision& d : coordinator.take_complete()) {
+      // Same decisions in the same order on every rank, so the caches stay identical.
+      const ResponseCache::Lookup l = cache.lookup(d.spec);
+      if (d.error.empty()) {
+        if (l.state != ResponseCache::State::kHit) cache.put(d.spec);
+      } else if (l.bit >= 0) {
+        cache.erase(l.bit);
       }
       if (timeline.active()) {
         std::string cycles;
-        for (uint64_t c : e.cycle_by_rank)
+        for (uint64_t c : d.cycle_by_rank) {
           cycles += (cycles.empty() ? "" : ",") + std::to_string(c);
-        pending.at(name).negotiate_args =
+        }
+        pending.at(d.name).negotiate_args =
             "{\"path\":\"coordinator\",\"ready_cycle_by_rank\":[" + cycles + "]}";
       }
-      ready.push_back({name, error});
-      table.erase(name);
+      ready.push_back({d.name, d.error});
     }
-    table_order.swap(still);
     // Stall inspector: rank 0 names who is missing; past the shutdown time, shut down.
-    for (const std::string& name : table_order) {
-      Entry& e = table.at(name);
-      const double age = seconds_since(e.first_seen);
-      if (age < opt.stall_check_s) continue;
-      std::vector<int> missing, present;
-      for (int q = 0; q < n; ++q)
-        (e.by_rank[static_cast<size_t>(q)] ? present : missing).push_back(q);
-      const std::string report =
-          detail::concat("stall: collective '", name, "' has waited ",
-                         static_cast<int>(age * 10) / 10.0, " s; ranks ", join_ranks(present),
-                         " enqueued it, ranks ", join_ranks(missing), " have not");
-      if (!e.reported && comm->rank() == 0) TESSERA_LOG(kWarning, report);
-      e.reported = true;
-      if (opt.stall_shutdown_s > 0 && age > opt.stall_shutdown_s) {
+    for (const Coordinator::Stall& st : coordinator.stalls(opt.stall_check_s, Clock::now())) {
+      const std::string report = st.report();
+      if (st.first_report && comm->rank() == 0) TESSERA_LOG(kWarning, report);
+      if (opt.stall_shutdown_s > 0 && st.waited_s > opt.stall_shutdown_s) {
         std::lock_guard<std::mutex> lock(mu);
         if (!shutdown_requested) {
           shutdown_requested = true;

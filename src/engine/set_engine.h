@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/coordinator.h"
 #include "engine/engine.h"
 #include "engine/response_cache.h"
 #include "engine/timeline.h"
@@ -35,21 +36,13 @@ struct Engine::Impl {
     Clock::time_point agreed;
     std::string negotiate_args = "{}";  // for the timeline
   };
-  // The coordinator's table, identical on every rank: who has sent which spec.
-  struct Entry {
-    std::vector<std::optional<TensorSpec>> by_rank;
-    std::vector<uint64_t> cycle_by_rank;  // the cycle in which each rank's spec arrived
-    int count = 0;
-    Clock::time_point first_seen;
-    bool reported = false;
-  };
   struct Ready {
     std::string name;
     std::string error;  // empty: run it
   };
 
   Impl(comm::Communicator& c, const EngineOptions& o)
-      : comm(c.dup()), opt(o), cache(o.cache_capacity) {}
+      : comm(c.dup()), opt(o), cache(o.cache_capacity), coordinator(comm->size()) {}
 
   std::unique_ptr<comm::Communicator> comm;
   EngineOptions opt;
@@ -69,8 +62,7 @@ struct Engine::Impl {
 
   // Engine thread only.
   std::map<std::string, Pending> pending;
-  std::map<std::string, Entry> table;
-  std::vector<std::string> table_order;
+  Coordinator coordinator;
   std::map<int, std::vector<std::string>> held_groups;  // agreed members waiting for the rest
   std::vector<char> fusion;
   uint64_t cycle_index = 0;  // identical on every rank: cycles run in lockstep

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "engine/coordinator.h"
 #include "engine/fusion.h"
 #include "engine/response_cache.h"
 #include "engine/tensor_spec.h"
@@ -204,7 +205,6 @@ TEST(Fusion, PacksSmallTensorsPastALargeOne) {
   EXPECT_EQ(off[1].items, (std::vector<size_t>{1}));
 }
 
-
 TEST(Wire, RoundTripsEveryField) {
   TensorSpec a = spec("layer1.conv.weight", {64, 3, 7, 7}, DataType::kBFloat16);
   a.op = OpType::kReduceScatter;
@@ -248,6 +248,62 @@ TEST(Wire, CorruptMessagesAreRefusedWithTheOffset) {
   bad = good;
   bad[5] = bad[6] = bad[7] = bad[8] = '\xff';
   EXPECT_THROW(decode_specs(bad.data(), bad.size()), InvalidArgument);
+}
+
+TEST(Coordinator, CompletesInFirstArrivalOrderWhateverTheRankOrder) {
+  const auto t = Coordinator::Clock::now();
+  // Three ranks send the same three names in different orders over two cycles.
+  Coordinator a(3), b(3);
+  const std::vector<std::vector<std::string>> orders = {
+      {"x", "y", "z"}, {"z", "x", "y"}, {"y", "z", "x"}};
+  for (Coordinator* c : {&a, &b}) {
+    for (int r = 0; r < 3; ++r) {
+      for (const std::string& n : orders[static_cast<size_t>(r)]) c->add(r, spec(n), 7, t);
+    }
+  }
+  const auto da = a.take_complete();
+  ASSERT_EQ(da.size(), 3u);
+  EXPECT_EQ(da[0].name, "x");  // first arrival: rank 0 sent x first
+  EXPECT_EQ(da[1].name, "y");
+  EXPECT_EQ(da[2].name, "z");
+  for (const auto& d : da) EXPECT_EQ(d.error, "");
+  EXPECT_EQ(da[0].cycle_by_rank, (std::vector<uint64_t>{7, 7, 7}));
+  const auto db = b.take_complete();
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(da[i].name, db[i].name);
+  EXPECT_EQ(a.pending(), 0u);
+  EXPECT_TRUE(a.take_complete().empty());
+}
+
+TEST(Coordinator, WaitsForEveryRankAndNamesTheSidesOfAMismatch) {
+  const auto t = Coordinator::Clock::now();
+  Coordinator c(4);
+  c.add(0, spec("w", {8}), 1, t);
+  c.add(2, spec("w", {8}), 1, t);
+  c.add(1, spec("w", {8}, DataType::kFloat16), 2, t);
+  EXPECT_TRUE(c.take_complete().empty());  // rank 3 has not sent it
+  c.add(3, spec("w", {8}, DataType::kFloat16), 3, t);
+  c.add(3, spec("w", {9}), 3, t);  // a second spec of a pending name is ignored
+  const auto d = c.take_complete();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].error, "mismatch in collective 'w': dtype f32 vs f16 (ranks 0, 2 vs ranks 1, 3)");
+  EXPECT_EQ(d[0].cycle_by_rank, (std::vector<uint64_t>{1, 2, 1, 3}));
+}
+
+TEST(Coordinator, StallsNameWhoIsMissingAndReportOnce) {
+  const auto t0 = Coordinator::Clock::now();
+  Coordinator c(3);
+  c.add(1, spec("late"), 0, t0);
+  EXPECT_TRUE(c.stalls(5.0, t0 + std::chrono::seconds(1)).empty());
+  auto s = c.stalls(5.0, t0 + std::chrono::seconds(6));
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_TRUE(s[0].first_report);
+  EXPECT_EQ(s[0].present, (std::vector<int>{1}));
+  EXPECT_EQ(s[0].missing, (std::vector<int>{0, 2}));
+  EXPECT_EQ(s[0].report(),
+            "stall: collective 'late' has waited 6 s; ranks 1 enqueued it, ranks 0, 2 have not");
+  s = c.stalls(5.0, t0 + std::chrono::seconds(7));
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_FALSE(s[0].first_report);
 }
 
 }  // namespace

@@ -1,0 +1,92 @@
+#include "engine/coordinator.h"
+
+#include "common/error.h"
+
+namespace tessera {
+namespace engine {
+namespace {
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
+}  // namespace
+
+void Coordinator::add(int rank, TensorSpec spec, uint64_t cycle, Clock::time_point now) {
+  TESSERA_ASSERT(rank >= 0 && rank < ranks_, "rank ", rank, " out of range");
+  auto it = entries_.find(spec.name);
+  if (it == entries_.end()) {
+    Entry e;
+    e.by_rank.resize(static_cast<size_t>(ranks_));
+    e.cycle_by_rank.assign(static_cast<size_t>(ranks_), 0);
+    e.first_seen = now;
+    order_.push_back(spec.name);
+    it = entries_.emplace(spec.name, std::move(e)).first;
+  }
+  Entry& e = it->second;
+  if (e.by_rank[static_cast<size_t>(rank)]) return;
+  e.by_rank[static_cast<size_t>(rank)] = std::move(spec);
+  e.cycle_by_rank[static_cast<size_t>(rank)] = cycle;
+  ++e.count;
+}
+
+std::vector<Coordinator::Decision> Coordinator::take_complete() {
+  std::vector<Decision> out;
+  std::vector<std::string> still;
+  for (const std::string& name : order_) {
+    Entry& e = entries_.at(name);
+    if (e.count < ranks_) {
+      still.push_back(name);
+      continue;
+    }
+    Decision d;
+    d.name = name;
+    d.spec = *e.by_rank[0];
+    d.cycle_by_rank = e.cycle_by_rank;
+    for (int r = 1; r < ranks_ && d.error.empty(); ++r) {
+      const std::string diff = spec_difference(d.spec, *e.by_rank[static_cast<size_t>(r)]);
+      if (diff.empty()) continue;
+      std::vector<int> same, other;
+      for (int q = 0; q < ranks_; ++q) {
+        (spec_difference(d.spec, *e.by_rank[static_cast<size_t>(q)]).empty() ? same : other)
+            .push_back(q);
+      }
+      d.error = "mismatch in collective '" + name + "': " + diff + " (ranks " + join_ranks(same) +
+                " vs ranks " + join_ranks(other) + ")";
+    }
+    out.push_back(std::move(d));
+    entries_.erase(name);
+  }
+  order_.swap(still);
+  return out;
+}
+
+std::vector<Coordinator::Stall> Coordinator::stalls(double older_than_s, Clock::time_point now) {
+  std::vector<Stall> out;
+  for (const std::string& name : order_) {
+    Entry& e = entries_.at(name);
+    const double age = std::chrono::duration<double>(now - e.first_seen).count();
+    if (age < older_than_s) continue;
+    Stall s;
+    s.name = name;
+    s.waited_s = age;
+    for (int q = 0; q < ranks_; ++q) {
+      (e.by_rank[static_cast<size_t>(q)] ? s.present : s.missing).push_back(q);
+    }
+    s.first_report = !e.reported;
+    e.reported = true;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::string Coordinator::Stall::report() const {
+  return detail::concat("stall: collective '", name, "' has waited ",
+                        static_cast<int>(waited_s * 10) / 10.0, " s; ranks ", join_ranks(present),
+                        " enqueued it, ranks ", join_ranks(missing), " have not");
+}
+
+}  // namespace engine
+}  // namespace tessera
