@@ -300,7 +300,6 @@ TEST_F(EngineTest, BadInputIsRefusedAtTheCall) {
   EXPECT_FALSE(h.poll());
 }
 
-
 TEST_F(EngineTest, TimelineIsValidJsonWhileRunningAndHoldsTheEvents) {
   const int r = world_->rank();
   Engine engine(*world_, fast());
@@ -342,7 +341,6 @@ TEST_F(EngineTest, TimelineIsValidJsonWhileRunningAndHoldsTheEvents) {
   EXPECT_TRUE(rows_named);
   std::remove(path.c_str());
 }
-
 
 TEST_F(EngineTest, ProcessSetsReduceAmongTheirMembersIndependently) {
   const int n = world_->size(), r = world_->rank();
