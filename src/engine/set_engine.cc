@@ -134,7 +134,9 @@ bool Engine::Impl::cycle() {
     const int bit = static_cast<int>(b);
     const std::string name = cache.spec(bit).name;
     cache.touch(bit);
-    pending.at(name).negotiate_args = "{\"path\":\"cache\",\"bit\":" + std::to_string(bit) + "}";
+    if (timeline.active()) {  // no string work per tensor unless someone traces
+      pending.at(name).negotiate_args = "{\"path\":\"cache\",\"bit\":" + std::to_string(bit) + "}";
+    }
     ready.push_back({name, ""});
     ++hits;
   }
