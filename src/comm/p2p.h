@@ -36,7 +36,6 @@ class Requests {
   void wait(int id);
   // Blocks until every request completed, then forgets them all.
   void wait_all();
-  bool empty() const { return reqs_.empty(); }
 
  private:
   struct Pending {

@@ -12,11 +12,11 @@ struct Unit {
   size_t bytes = 0;
 };
 
-std::vector<Unit> units_of(const std::vector<TensorSpec>& ready) {
+std::vector<Unit> units_of(const std::vector<const TensorSpec*>& ready) {
   std::vector<Unit> units;
   std::map<std::pair<int, int>, size_t> group_unit;  // (process set, group) -> unit index
   for (size_t i = 0; i < ready.size(); ++i) {
-    const TensorSpec& s = ready[i];
+    const TensorSpec& s = *ready[i];
     size_t u = units.size();
     if (s.group >= 0) {
       const auto key = std::make_pair(s.process_set, s.group);
@@ -34,16 +34,18 @@ std::vector<Unit> units_of(const std::vector<TensorSpec>& ready) {
   return units;
 }
 
-bool unit_fusable(const std::vector<TensorSpec>& ready, const Unit& u, const TensorSpec& lead) {
+bool unit_fusable(const std::vector<const TensorSpec*>& ready, const Unit& u,
+                  const TensorSpec& lead) {
   for (size_t i : u.items) {
-    if (!fusable(ready[i], lead)) return false;
+    if (!fusable(*ready[i], lead)) return false;
   }
   return true;
 }
 
 }  // namespace
 
-std::vector<FusionBatch> plan_fusion(const std::vector<TensorSpec>& ready, size_t threshold) {
+std::vector<FusionBatch> plan_fusion(const std::vector<const TensorSpec*>& ready,
+                                     size_t threshold) {
   const std::vector<Unit> units = units_of(ready);
   std::vector<bool> placed(units.size(), false);
   std::vector<FusionBatch> batches;
@@ -51,14 +53,14 @@ std::vector<FusionBatch> plan_fusion(const std::vector<TensorSpec>& ready, size_
     if (placed[u]) continue;
     placed[u] = true;
     const Unit& unit = units[u];
-    const TensorSpec& lead = ready[unit.items.front()];
+    const TensorSpec& lead = *ready[unit.items.front()];
     const bool can_fuse =
         threshold > 0 && unit_fusable(ready, unit, lead) && lead.op == OpType::kAllreduce;
     if (unit.bytes > threshold || !can_fuse) {
       // Too large (or not fusable): the unit's members fill batches of their own, in order.
       FusionBatch b;
       for (size_t i : unit.items) {
-        const size_t bytes = ready[i].bytes();
+        const size_t bytes = ready[i]->bytes();
         if (!b.items.empty() && (!can_fuse || b.bytes + bytes > threshold)) {
           batches.push_back(std::move(b));
           b = FusionBatch{};
@@ -80,6 +82,13 @@ std::vector<FusionBatch> plan_fusion(const std::vector<TensorSpec>& ready, size_
     batches.push_back(std::move(b));
   }
   return batches;
+}
+
+std::vector<FusionBatch> plan_fusion(const std::vector<TensorSpec>& ready, size_t threshold) {
+  std::vector<const TensorSpec*> refs;
+  refs.reserve(ready.size());
+  for (const TensorSpec& s : ready) refs.push_back(&s);
+  return plan_fusion(refs, threshold);
 }
 
 }  // namespace engine

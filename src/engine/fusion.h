@@ -27,6 +27,8 @@ struct FusionBatch {
 //  - each batch starts with the earliest unplaced tensor and takes the later ones that fit, so
 //    a large tensor does not hold back the small ones behind it.
 // threshold 0 turns fusion off (one tensor per batch; groups still run back to back).
+// The engine plans over pointers, so a step does not copy every tensor's name and shape.
+std::vector<FusionBatch> plan_fusion(const std::vector<const TensorSpec*>& ready, size_t threshold);
 std::vector<FusionBatch> plan_fusion(const std::vector<TensorSpec>& ready, size_t threshold);
 
 }  // namespace engine

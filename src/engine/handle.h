@@ -41,7 +41,6 @@ class Handle {
   // allgather only, after wait(): the gathered data and its shape.
   const std::vector<char>& result() const { return state_->result; }
   const std::vector<int64_t>& result_shape() const { return state_->result_shape; }
-  bool valid() const { return state_ != nullptr; }
 
  private:
   std::shared_ptr<HandleState> state_;

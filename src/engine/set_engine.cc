@@ -274,18 +274,19 @@ void Engine::Impl::execute(const std::vector<Ready>& ready) {
   for (const Ready& r : ready) {
     Pending& p = pending.at(r.name);
     if (!r.error.empty()) {
-      complete(p, std::make_exception_ptr(InvalidArgument(r.error)));
+      complete({&p}, std::make_exception_ptr(InvalidArgument(r.error)));
     } else {
       ok.push_back(&p);
     }
   }
-  std::vector<TensorSpec> specs;
-  for (Pending* p : ok) specs.push_back(p->req.spec);
+  std::vector<const TensorSpec*> specs;
+  specs.reserve(ok.size());
+  for (Pending* p : ok) specs.push_back(&p->req.spec);
   for (const FusionBatch& b : plan_fusion(specs, opt.fusion_threshold)) {
     std::vector<Pending*> items;
     for (size_t i : b.items) items.push_back(ok[i]);
     run_batch(items);
-    for (Pending* p : items) complete(*p, nullptr);
+    complete(items, nullptr);
   }
 }
 
@@ -410,16 +411,22 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
   }
 }
 
-void Engine::Impl::complete(Pending& p, std::exception_ptr e) {
-  const std::string name = p.req.spec.name;
-  std::shared_ptr<HandleState> h = p.handle;
-  pending.erase(name);
+void Engine::Impl::complete(const std::vector<Pending*>& items, std::exception_ptr e) {
+  std::vector<std::shared_ptr<HandleState>> handles;
+  handles.reserve(items.size());
   {
+    // One lock per batch, not per tensor.
     std::lock_guard<std::mutex> lock(mu);
-    names_in_flight.erase(name);
-    ++stats.tensors_done;
+    for (Pending* p : items) {
+      names_in_flight.erase(p->req.spec.name);
+      ++stats.tensors_done;
+    }
   }
-  h->finish(std::move(e));
+  for (Pending* p : items) {
+    handles.push_back(p->handle);
+    pending.erase(p->req.spec.name);  // p dangles from here on
+  }
+  for (auto& h : handles) h->finish(e);
 }
 
 void Engine::Impl::fail_all(std::exception_ptr e) {

@@ -77,7 +77,7 @@ struct Engine::Impl {
   bool cycle();
   void execute(const std::vector<Ready>& ready);
   void run_batch(const std::vector<Pending*>& items);
-  void complete(Pending& p, std::exception_ptr e);
+  void complete(const std::vector<Pending*>& items, std::exception_ptr e);
   void fail_all(std::exception_ptr e);
 };
 
