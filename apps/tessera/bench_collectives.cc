@@ -55,6 +55,16 @@ double expected_allreduce(ReduceOp op, int n, size_t i) {
       for (int r = 0; r < n; ++r) v *= (r + 1) * k;
       return v;
     }
+    case ReduceOp::kBitAnd:
+    case ReduceOp::kBitOr: {
+      // Bitwise ops commute with the dtype's truncation to its low bits, so int64 is exact.
+      int64_t v = op == ReduceOp::kBitAnd ? -1 : 0;
+      for (int r = 0; r < n; ++r) {
+        const int64_t x = static_cast<int64_t>((r + 1) * k);
+        v = op == ReduceOp::kBitAnd ? (v & x) : (v | x);
+      }
+      return static_cast<double>(v);
+    }
   }
   return 0;
 }

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
                    "or all, comma-separated (mpi is always measured as the reference)")
       ->delimiter(',');
   bench_cmd->add_option("-d,--datatype", dtype, "f32 f64 f16 bf16 i32 i64 u8");
-  bench_cmd->add_option("-o,--op", op, "sum avg min max prod");
+  bench_cmd->add_option("-o,--op", op, "sum avg min max prod band bor");
   bench_cmd->add_option("--json", bench.json_path, "also write the rows as JSON to this file");
   bench_cmd->add_flag("--calibrate", bench.calibrate,
                       "allreduce: measure every algorithm and write the cost table for auto");

@@ -34,6 +34,9 @@ MPI_Op half_op(ReduceOp op) {
       return ops[2];
     case ReduceOp::kProduct:
       return ops[3];
+    case ReduceOp::kBitAnd:
+    case ReduceOp::kBitOr:
+      break;  // not defined on half floats (check_op_supported)
   }
   return MPI_OP_NULL;
 }
@@ -73,6 +76,10 @@ MPI_Op mpi_op(DataType dtype, ReduceOp op) {
       return MPI_MAX;
     case ReduceOp::kProduct:
       return MPI_PROD;
+    case ReduceOp::kBitAnd:
+      return MPI_BAND;
+    case ReduceOp::kBitOr:
+      return MPI_BOR;
   }
   return MPI_OP_NULL;
 }

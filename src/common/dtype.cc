@@ -76,6 +76,10 @@ const char* reduce_op_name(ReduceOp op) {
       return "max";
     case ReduceOp::kProduct:
       return "prod";
+    case ReduceOp::kBitAnd:
+      return "band";
+    case ReduceOp::kBitOr:
+      return "bor";
   }
   return "?";
 }
@@ -86,7 +90,10 @@ ReduceOp parse_reduce_op(const std::string& name) {
   if (name == "min") return ReduceOp::kMin;
   if (name == "max") return ReduceOp::kMax;
   if (name == "prod" || name == "product") return ReduceOp::kProduct;
-  throw InvalidArgument("unknown reduce op '" + name + "'; accepted: sum avg min max prod");
+  if (name == "band") return ReduceOp::kBitAnd;
+  if (name == "bor") return ReduceOp::kBitOr;
+  throw InvalidArgument("unknown reduce op '" + name +
+                        "'; accepted: sum avg min max prod band bor");
 }
 
 void check_op_supported(DataType dtype, ReduceOp op) {
@@ -94,6 +101,11 @@ void check_op_supported(DataType dtype, ReduceOp op) {
     throw InvalidArgument(std::string("average is not defined on integer dtype ") +
                           dtype_name(dtype) +
                           ": use sum and divide yourself, or a floating dtype (f32 f64 f16 bf16)");
+  }
+  if ((op == ReduceOp::kBitAnd || op == ReduceOp::kBitOr) && is_floating(dtype)) {
+    throw InvalidArgument(std::string(reduce_op_name(op)) +
+                          " is bitwise and not defined on floating dtype " + dtype_name(dtype) +
+                          ": use an integer dtype (i32 i64 u8)");
   }
 }
 

@@ -9,7 +9,8 @@ namespace tessera {
 
 enum class DataType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8 };
 
-enum class ReduceOp { kSum, kAverage, kMin, kMax, kProduct };
+// kBitAnd and kBitOr are bitwise, on integer dtypes only (the engine's cache vote is one).
+enum class ReduceOp { kSum, kAverage, kMin, kMax, kProduct, kBitAnd, kBitOr };
 
 // Bytes per element.
 size_t dtype_size(DataType dtype);

@@ -41,6 +41,19 @@ struct Prod {
   }
 };
 
+struct BitAnd {
+  template <typename T>
+  static T apply(T a, T b) {
+    return a & b;
+  }
+};
+struct BitOr {
+  template <typename T>
+  static T apply(T a, T b) {
+    return a | b;
+  }
+};
+
 template <typename T, typename Op>
 void binary(const void* a, const void* b, void* out, size_t count) {
   const T* x = static_cast<const T*>(a);
@@ -116,6 +129,21 @@ void dispatch_dtype(DataType dtype, const void* a, const void* b, void* out, siz
   }
 }
 
+// Bitwise ops exist on integers only; check_op_supported refuses floating dtypes before here.
+template <typename Op>
+void dispatch_integer(DataType dtype, const void* a, const void* b, void* out, size_t count) {
+  switch (dtype) {
+    case DataType::kInt32:
+      return binary<int32_t, Op>(a, b, out, count);
+    case DataType::kInt64:
+      return binary<int64_t, Op>(a, b, out, count);
+    case DataType::kUInt8:
+      return binary<uint8_t, Op>(a, b, out, count);
+    default:
+      return;
+  }
+}
+
 }  // namespace
 
 void reduce(DataType dtype, ReduceOp op, const void* a, const void* b, void* out, size_t count) {
@@ -129,6 +157,10 @@ void reduce(DataType dtype, ReduceOp op, const void* a, const void* b, void* out
       return dispatch_dtype<Max>(dtype, a, b, out, count);
     case ReduceOp::kProduct:
       return dispatch_dtype<Prod>(dtype, a, b, out, count);
+    case ReduceOp::kBitAnd:
+      return dispatch_integer<BitAnd>(dtype, a, b, out, count);
+    case ReduceOp::kBitOr:
+      return dispatch_integer<BitOr>(dtype, a, b, out, count);
   }
 }
 

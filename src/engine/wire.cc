@@ -108,7 +108,7 @@ std::vector<TensorSpec> decode_specs(const char* data, size_t size) {
     s.name = r.get_string("name", kMaxNameBytes);
     s.op = get_enum<OpType>(r, "op", static_cast<int>(OpType::kAlltoall));
     s.dtype = get_enum<DataType>(r, "dtype", static_cast<int>(DataType::kUInt8));
-    s.reduce_op = get_enum<ReduceOp>(r, "reduce op", static_cast<int>(ReduceOp::kProduct));
+    s.reduce_op = get_enum<ReduceOp>(r, "reduce op", static_cast<int>(ReduceOp::kBitOr));
     const uint32_t dims = r.get<uint32_t>("rank of shape");
     if (dims > kMaxDims) r.fail("rank of shape", std::to_string(dims) + " dimensions");
     for (uint32_t d = 0; d < dims; ++d) s.shape.push_back(r.get<int64_t>("dimension"));

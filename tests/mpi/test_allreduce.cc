@@ -21,9 +21,15 @@ namespace {
 using testing::Buf;
 using testing::kAllDtypes;
 
-const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
-                                    ReduceOp::kMax, ReduceOp::kProduct};
+const std::vector<ReduceOp> kOps = {ReduceOp::kSum,  ReduceOp::kAverage, ReduceOp::kMin,
+                                    ReduceOp::kMax,  ReduceOp::kProduct, ReduceOp::kBitAnd,
+                                    ReduceOp::kBitOr};
 const std::vector<size_t> kCounts = {0, 1, 7, 1023, 65537, (size_t{1} << 20) + 3};
+
+// A byte whose bits depend on rank and index: AND and OR over ranks differ from both inputs.
+unsigned bits(int r, size_t i) {
+  return static_cast<unsigned>((i * 37 + 11 + 53 * r) % 251) | (1u << (r % 8));
+}
 
 // Rank r's element i for op. Small integers: sums over 8 ranks stay below 256 (u8) and are
 // exact in bf16; products stay below 16.
@@ -37,6 +43,9 @@ double value(ReduceOp op, int r, size_t i) {
       return static_cast<double>((r * 3 + i) % 11);
     case ReduceOp::kProduct:
       return (i + static_cast<size_t>(r)) % 3 == 0 ? 2 : 1;
+    case ReduceOp::kBitAnd:
+    case ReduceOp::kBitOr:
+      return static_cast<double>(bits(r, i));
   }
   return 0;
 }
@@ -64,6 +73,12 @@ double expected(ReduceOp op, int n, size_t i) {
       int twos = 0;
       for (int r = 0; r < n; ++r) twos += (i + static_cast<size_t>(r)) % 3 == 0;
       return std::ldexp(1.0, twos);
+    }
+    case ReduceOp::kBitAnd:
+    case ReduceOp::kBitOr: {
+      unsigned v = op == ReduceOp::kBitAnd ? 0xFFu : 0u;
+      for (int r = 0; r < n; ++r) v = op == ReduceOp::kBitAnd ? (v & bits(r, i)) : (v | bits(r, i));
+      return static_cast<double>(v);
     }
   }
   return 0;
@@ -104,6 +119,7 @@ void run_matrix(Communicator& comm, Algorithm algorithm) {
     for (DataType dt : kAllDtypes) {
       for (ReduceOp op : kOps) {
         if (op == ReduceOp::kAverage && !is_floating(dt)) continue;
+        if ((op == ReduceOp::kBitAnd || op == ReduceOp::kBitOr) && is_floating(dt)) continue;
         opts.op = op;
         Buf in(dt, count), out(dt, count);
         for (size_t i = 0; i < count; ++i) in.set(i, value(op, r, i));
@@ -201,6 +217,9 @@ TEST_F(AllreduceTest, BadArgumentsAreRefusedBeforeAnyMessage) {
               std::string::npos)
         << e.what();
   }
+  AllreduceOptions band;
+  band.op = ReduceOp::kBitAnd;
+  EXPECT_THROW(allreduce(*world_, &x, &x, 1, DataType::kFloat32, band), InvalidArgument);
   EXPECT_THROW(allreduce(*world_, &x, &x, ~size_t{0} / 2, DataType::kFloat32), InvalidArgument);
   // Null buffers with count 0 are fine, and do nothing.
   allreduce(*world_, nullptr, nullptr, 0, DataType::kFloat32);

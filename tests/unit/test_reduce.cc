@@ -29,20 +29,30 @@ double ref(ReduceOp op, double a, double b) {
       return std::max(a, b);
     case ReduceOp::kProduct:
       return a * b;
+    case ReduceOp::kBitAnd:
+      return static_cast<double>(static_cast<int64_t>(a) & static_cast<int64_t>(b));
+    case ReduceOp::kBitOr:
+      return static_cast<double>(static_cast<int64_t>(a) | static_cast<int64_t>(b));
   }
   return 0;
 }
 
 TEST(Reduce, MatchesScalarReferenceOnEveryDtypeAndOp) {
   for (DataType dt : kDtypes) {
-    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct,
+                        ReduceOp::kBitAnd, ReduceOp::kBitOr}) {
+      const bool bitwise = op == ReduceOp::kBitAnd || op == ReduceOp::kBitOr;
+      if (bitwise && is_floating(dt)) continue;
       for (size_t count : {0ul, 1ul, 3ul, 15ul, 16ul, 17ul, 63ul, 64ul, 65ul, 1000ul, 4099ul}) {
         const size_t es = dtype_size(dt);
         std::vector<char> a(count * es + 1), b(count * es + 1), out(count * es + 1);
         for (size_t i = 0; i < count; ++i) {
           // Small values so that products and sums stay exact in every dtype.
-          store_from_double(dt, a.data(), i, static_cast<double>(i % 9));
-          store_from_double(dt, b.data(), i, static_cast<double>((i * 5 + 3) % 7));
+          // Bitwise ops get values that use all eight low bits.
+          store_from_double(dt, a.data(), i,
+                            static_cast<double>(bitwise ? (i * 37 + 11) % 251 : i % 9));
+          store_from_double(dt, b.data(), i,
+                            static_cast<double>(bitwise ? (i * 91 + 5) % 253 : (i * 5 + 3) % 7));
         }
         reduce(dt, op, a.data(), b.data(), out.data(), count);
         for (size_t i = 0; i < count; ++i) {
@@ -124,11 +134,18 @@ TEST(Dtype, NamesRoundTripAndBadInputSaysWhatIsAccepted) {
     EXPECT_NE(std::string(e.what()).find("accepted: f32 f64 f16 bf16 i32 i64 u8"),
               std::string::npos);
   }
-  for (ReduceOp op :
-       {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
+                      ReduceOp::kProduct, ReduceOp::kBitAnd, ReduceOp::kBitOr}) {
     EXPECT_EQ(parse_reduce_op(reduce_op_name(op)), op);
   }
   EXPECT_THROW(parse_reduce_op("xor"), InvalidArgument);
+  for (DataType dt :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
+    EXPECT_THROW(check_op_supported(dt, ReduceOp::kBitAnd), InvalidArgument) << dtype_name(dt);
+    EXPECT_THROW(check_op_supported(dt, ReduceOp::kBitOr), InvalidArgument) << dtype_name(dt);
+  }
+  check_op_supported(DataType::kUInt8, ReduceOp::kBitAnd);
+  check_op_supported(DataType::kInt64, ReduceOp::kBitOr);
   EXPECT_THROW(check_op_supported(DataType::kInt64, ReduceOp::kAverage), InvalidArgument);
   check_op_supported(DataType::kBFloat16, ReduceOp::kAverage);
   EXPECT_THROW(checked_bytes(std::numeric_limits<size_t>::max() / 2, DataType::kInt32),
