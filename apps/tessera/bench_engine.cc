@@ -1,9 +1,14 @@
 #include "apps/tessera/bench_engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +29,86 @@ double max_over_ranks(comm::Communicator& world, double v) {
   o.algorithm = comm::Algorithm::kMpi;
   comm::allreduce(world, &v, &v, 1, DataType::kFloat64, o);
   return v;
+}
+
+// True when every rank runs on this host, so the steady clocks of all ranks are one clock.
+bool one_host(comm::Communicator& world) {
+  char name[64] = {};
+  gethostname(name, sizeof(name) - 1);
+  std::vector<char> all(sizeof(name) * static_cast<size_t>(world.size()));
+  comm::allgather(world, name, all.data(), sizeof(name), DataType::kUInt8);
+  for (int r = 0; r < world.size(); ++r) {
+    if (std::memcmp(all.data() + sizeof(name) * static_cast<size_t>(r), name, sizeof(name)) != 0)
+      return false;
+  }
+  return true;
+}
+
+// Negotiation on the critical path, per step (needs one clock: one host). For each cycle of a
+// step it counts from the moment the last rank began the cycle, so a rank that arrives late
+// (still copying out the previous batch, or descheduled) is arrival skew, not negotiation:
+//   agreed:  until the first rank holds the agreed list and may start moving data;
+//   all:     until the last rank holds it. On cores shared by more ranks than cores, the gap
+//            between the two is a rank starved by the others' data movement after agreement.
+// `steps` holds each step's [first, last) cycle index on this rank. Collective over `world`.
+struct CriticalPath {
+  std::vector<double> agreed_ms, all_ms;
+};
+CriticalPath critical_path(comm::Communicator& world,
+                           const std::vector<engine::Engine::CycleTime>& log,
+                           const std::vector<std::pair<uint64_t, uint64_t>>& steps) {
+  const size_t n = static_cast<size_t>(world.size());
+  // Every rank's log, as (index, start, end) triples of doubles (exact below 2^53 cycles).
+  std::vector<double> mine;
+  for (const auto& c : log) {
+    mine.insert(mine.end(), {static_cast<double>(c.index), c.start_s, c.negotiated_s});
+  }
+  int64_t len = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lens(n);
+  comm::allgather(world, &len, lens.data(), 1, DataType::kInt64);
+  std::vector<size_t> counts(lens.begin(), lens.end());
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  std::vector<double> all(total);
+  comm::allgatherv(world, mine.data(), all.data(), counts, DataType::kFloat64);
+  struct Cycle {
+    double last_start = 0, first_end = std::numeric_limits<double>::max(), last_end = 0;
+    size_t ranks = 0;
+  };
+  std::map<uint64_t, Cycle> by_index;
+  for (size_t i = 0; i + 2 < all.size(); i += 3) {
+    Cycle& c = by_index[static_cast<uint64_t>(all[i])];
+    c.last_start = std::max(c.last_start, all[i + 1]);
+    c.first_end = std::min(c.first_end, all[i + 2]);
+    c.last_end = std::max(c.last_end, all[i + 2]);
+    ++c.ranks;
+  }
+  // A step spans the union of its ranks' cycle ranges.
+  std::vector<int64_t> lo, hi;
+  for (const auto& s : steps) {
+    lo.push_back(static_cast<int64_t>(s.first));
+    hi.push_back(static_cast<int64_t>(s.second));
+  }
+  comm::AllreduceOptions mn, mx;
+  mn.op = ReduceOp::kMin;
+  mx.op = ReduceOp::kMax;
+  comm::allreduce(world, lo.data(), lo.data(), lo.size(), DataType::kInt64, mn);
+  comm::allreduce(world, hi.data(), hi.data(), hi.size(), DataType::kInt64, mx);
+  CriticalPath cp;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    double agreed = 0, everyone = 0;
+    for (int64_t i = lo[k]; i < hi[k]; ++i) {
+      auto it = by_index.find(static_cast<uint64_t>(i));
+      TESSERA_CHECK(it != by_index.end() && it->second.ranks == n, "engine bench: cycle ", i,
+                    " is missing from some rank's cycle log (more than ",
+                    engine::Engine::kCycleLogSize, " cycles in one mode?)");
+      agreed += std::max(0.0, it->second.first_end - it->second.last_start);
+      everyone += std::max(0.0, it->second.last_end - it->second.last_start);
+    }
+    cp.agreed_ms.push_back(agreed * 1e3);
+    cp.all_ms.push_back(everyone * 1e3);
+  }
+  return cp;
 }
 
 double median(std::vector<double> v) {
@@ -71,6 +156,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
     outs.emplace_back(e, 0.0f);
     total += e;
   }
+  const bool same_clock = one_host(*world);
   nlohmann::json report;
   report["ranks"] = n;
   report["tensors"] = shapes.size();
@@ -103,7 +189,9 @@ int run_engine_bench(const EngineBenchOptions& o) {
     engine::EngineOptions eo = engine::EngineOptions::from_knobs();
     eo.cache_capacity = cache_on ? 1024 : 0;
     engine::Engine engine(*world, eo);
+    const std::string key = cache_on ? "cache_on" : "cache_off";
     std::vector<double> step_ms, control_ms, control_cpu_ms, cycles, rounds;
+    std::vector<std::pair<uint64_t, uint64_t>> step_cycles;
     for (int i = 0; i < o.warmup + o.steps; ++i) {
       comm::barrier(*world);
       const engine::Engine::Stats before = engine.stats();
@@ -123,9 +211,14 @@ int run_engine_bench(const EngineBenchOptions& o) {
         control_cpu_ms.push_back((after.control_cpu_seconds - before.control_cpu_seconds) * 1e3);
         cycles.push_back(static_cast<double>(after.cycles - before.cycles));
         rounds.push_back(static_cast<double>(after.coordinator_rounds - before.coordinator_rounds));
+        step_cycles.emplace_back(before.cycles, after.cycles);
       }
     }
-    const std::string key = cache_on ? "cache_on" : "cache_off";
+    if (same_clock) {
+      const CriticalPath cp = critical_path(*world, engine.cycle_log(), step_cycles);
+      report[key]["control_critical_ms_per_step"] = median(cp.agreed_ms);
+      report[key]["control_critical_all_ms_per_step"] = median(cp.all_ms);
+    }
     report[key]["step_ms"] = max_over_ranks(*world, median(step_ms));
     report[key]["control_ms_per_step"] = max_over_ranks(*world, median(control_ms));
     report[key]["control_cpu_ms_per_step"] = max_over_ranks(*world, median(control_cpu_ms));
@@ -166,12 +259,26 @@ int run_engine_bench(const EngineBenchOptions& o) {
           key, step, step / mpi, mpi, control, cpu, report[key]["cycles_per_step"].get<double>(),
           report[key]["coordinator_rounds_per_step"].get<double>());
     }
-    const double on = report["cache_on"]["control_ms_per_step"];
-    const double off = report["cache_off"]["control_ms_per_step"];
-    const double cpu_on = report["cache_on"]["control_cpu_ms_per_step"];
-    const double cpu_off = report["cache_off"]["control_cpu_ms_per_step"];
-    std::printf("  control plane with the cache off / on: %.2fx wall, %.2fx CPU\n", off / on,
-                cpu_off / cpu_on);
+    // Cache off over cache on, for each measure of the control plane.
+    auto ratio = [&](const char* measure) {
+      return report["cache_off"][measure].get<double>() / report["cache_on"][measure].get<double>();
+    };
+    std::printf("  control plane, cache off / on: %.2fx local wall, %.2fx CPU\n",
+                ratio("control_ms_per_step"), ratio("control_cpu_ms_per_step"));
+    if (same_clock) {
+      std::printf(
+          "  control plane on the critical path (from the last rank's arrival; ms per step, on / "
+          "off):\n    until the first rank has the agreement %8.3f / %8.3f = %.2fx\n"
+          "    until every rank has it               %8.3f / %8.3f = %.2fx\n",
+          report["cache_on"]["control_critical_ms_per_step"].get<double>(),
+          report["cache_off"]["control_critical_ms_per_step"].get<double>(),
+          ratio("control_critical_ms_per_step"),
+          report["cache_on"]["control_critical_all_ms_per_step"].get<double>(),
+          report["cache_off"]["control_critical_all_ms_per_step"].get<double>(),
+          ratio("control_critical_all_ms_per_step"));
+    } else {
+      std::printf("  (ranks on several hosts: no common clock, so no critical-path figures)\n");
+    }
     std::printf(
         "  4 KiB allreduce through the engine: %.1f us (cycle %.1f ms), %.1f us (cycle 0)\n",
         report["latency_4KiB_us"]["cycle_default"].get<double>(),

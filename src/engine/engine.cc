@@ -124,6 +124,20 @@ Engine::Stats Engine::stats() const {
   return total;
 }
 
+std::vector<Engine::CycleTime> Engine::cycle_log() const {
+  Impl& set = set_for(0);
+  std::lock_guard<std::mutex> lock(set.mu);
+  std::vector<CycleTime> log(set.cycle_log.size());
+  // The ring holds cycle i at i % kCycleLogSize; the oldest entry has the lowest index.
+  for (const CycleTime& c : set.cycle_log) log[c.index % log.size()] = c;
+  std::rotate(
+      log.begin(),
+      std::min_element(log.begin(), log.end(),
+                       [](const CycleTime& a, const CycleTime& b) { return a.index < b.index; }),
+      log.end());
+  return log;
+}
+
 Handle Engine::enqueue(Request request) {
   std::vector<Request> one;
   one.push_back(std::move(request));

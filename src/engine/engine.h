@@ -2,8 +2,8 @@
 //
 // Any thread enqueues collectives by name and gets a Handle. The engine thread wakes every
 // cycle and, with every other rank, agrees which named tensors every rank has enqueued:
-//   - tensors negotiated before are in the response cache: one AND-allreduce of a byte per
-//     cache entry (plus status bytes) per cycle says which are ready everywhere;
+//   - tensors negotiated before are in the response cache: one bitwise-AND allreduce of a bit
+//     vector (a bit per cache entry, plus status bits) per cycle says which are ready everywhere;
 //   - new, changed or stalled tensors go to the coordinator round: every rank's pending specs
 //     are gathered and every rank runs the same coordinator logic on the same data, so they
 //     agree without a second message; mismatches (name, op, dtype, shape, root, reduce op,
@@ -99,6 +99,19 @@ class Engine {
     double data_seconds = 0;
   };
   Stats stats() const;
+
+  // When a cycle of process set 0 began on this rank and when its negotiation ended (just
+  // before data movement), on the steady clock in seconds. Cycles run in lockstep, so `index`
+  // names the same cycle on every rank: on one node (one clock) the bench takes the negotiation
+  // cost of a cycle from the last rank's arrival, which separates it from arrival skew.
+  struct CycleTime {
+    uint64_t index = 0;
+    double start_s = 0;
+    double negotiated_s = 0;
+  };
+  static constexpr size_t kCycleLogSize = 4096;
+  // The last kCycleLogSize cycles, oldest first.
+  std::vector<CycleTime> cycle_log() const;
 
   // Process sets: collectives among a subset of the ranks, negotiated independently of the
   // other sets (each set has its own communicator, cache, coordinator table and thread, so a

@@ -1,7 +1,7 @@
 // The response cache: after a tensor has been negotiated once through the coordinator, its
 // spec is remembered under a bit index, and from then on the ranks agree that it is ready with
-// one AND-allreduce over one byte per bit (a min over 0/1 bytes, through tessera's own
-// shared-memory allreduce) instead of a round of messages.
+// one bitwise-AND allreduce over a bit vector (bit_vector.h; tessera's own allreduce on 64-bit
+// words) instead of a round of messages.
 //
 // Every rank holds its own cache, and the caches stay identical because they change only
 // through put/touch/erase called in the same order on every rank (the order of the agreed

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/reduce.h"
+#include "engine/bit_vector.h"
 #include "engine/fusion.h"
 #include "engine/wire.h"
 
@@ -33,11 +34,11 @@ double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// Status bytes in front of the cache bytes of the per-cycle AND-allreduce. Each is 1 when all
-// is quiet on a rank, so the AND (a min over 0/1 bytes) is 0 when any rank needs attention.
+// Status bits in front of the cache bits of the per-cycle AND-allreduce. Each is 1 when all is
+// quiet on a rank, so after the AND it is 0 when any rank needs attention.
 constexpr size_t kAlive = 0;          // 0: some rank asks for shutdown
-constexpr size_t kNoRoundNeeded = 1;  // 0: some rank has work for the coordinator
-constexpr size_t kStatusBytes = 2;
+constexpr size_t kNoRoundNeeded = 1;  // 0: some rank has new, changed or stalled work
+constexpr size_t kStatusBits = 2;
 
 }  // namespace
 
@@ -98,7 +99,12 @@ bool Engine::Impl::cycle() {
     my_reason = shutdown_reason;
   }
   // 1. Classify new requests; cached ones that waited too long fall back to the coordinator
-  //    so that the ranks they wait on can be named.
+  //    so that the ranks they wait on can be named. One clock read for the whole cycle.
+  auto stalled = [&](const Pending& p) {
+    return std::chrono::duration<double>(t0 - p.enqueued).count() > opt.stall_check_s;
+  };
+  const size_t span = cache.bit_span();
+  std::vector<Pending*> by_bit(span, nullptr);  // this rank's cached request for each bit
   bool need_round = false;
   for (auto& kv : pending) {
     Pending& p = kv.second;
@@ -109,49 +115,54 @@ bool Engine::Impl::cycle() {
         p.bit = l.bit;
       }
     }
-    if (p.state == State::kCached && seconds_since(p.enqueued) > opt.stall_check_s) {
-      p.state = State::kNew;
+    if (p.state == State::kCached && stalled(p)) p.state = State::kNew;
+    if (p.state == State::kCached) {
+      by_bit[static_cast<size_t>(p.bit)] = &p;
+    } else {
+      need_round = true;
     }
-    if (p.state != State::kCached) need_round = true;
   }
-  // 2. One AND over status bytes and cache bytes.
-  const size_t span = cache.bit_span();
-  std::vector<uint8_t> votes(kStatusBytes + span, 0);
-  votes[kAlive] = want_shutdown ? 0 : 1;
-  votes[kNoRoundNeeded] = need_round ? 0 : 1;
-  for (const auto& kv : pending) {
-    if (kv.second.state == State::kCached)
-      votes[kStatusBytes + static_cast<size_t>(kv.second.bit)] = 1;
+  // 2. One bitwise AND over the status bits and the cache bits.
+  BitVector votes(kStatusBits + span);
+  if (!want_shutdown) votes.set(kAlive);
+  if (!need_round) votes.set(kNoRoundNeeded);
+  for (size_t b = 0; b < span; ++b) {
+    if (by_bit[b]) votes.set(kStatusBits + b);
   }
-  comm::AllreduceOptions min;
-  min.op = ReduceOp::kMin;
-  comm::allreduce(*comm, votes.data(), votes.data(), votes.size(), DataType::kUInt8, min);
+  comm::AllreduceOptions band;
+  band.op = ReduceOp::kBitAnd;
+  comm::allreduce(*comm, votes.words(), votes.words(), votes.num_words(), DataType::kInt64, band);
 
   std::vector<Ready> ready;
   uint64_t hits = 0;
   for (size_t b = 0; b < span; ++b) {
-    if (votes[kStatusBytes + b] == 0) continue;
-    const int bit = static_cast<int>(b);
-    const std::string name = cache.spec(bit).name;
-    cache.touch(bit);
+    if (!votes.test(kStatusBits + b)) continue;
+    // Every rank set this bit, so every rank has a request cached under it: this one's.
+    Pending* p = by_bit[b];
+    TESSERA_ASSERT(p != nullptr, "cache bit ", b, " passed the vote without a request here");
+    cache.touch(static_cast<int>(b));
     if (timeline.active()) {  // no string work per tensor unless someone traces
-      pending.at(name).negotiate_args = "{\"path\":\"cache\",\"bit\":" + std::to_string(bit) + "}";
+      p->negotiate_args = "{\"path\":\"cache\",\"bit\":" + std::to_string(b) + "}";
     }
-    ready.push_back({name, ""});
+    ready.push_back({p, ""});
     ++hits;
   }
-  const bool shutting_down = votes[kAlive] == 0;
-  bool round = votes[kNoRoundNeeded] == 0 || shutting_down;
+  const bool shutting_down = !votes.test(kAlive);
+  const bool round = !votes.test(kNoRoundNeeded) || shutting_down;
   std::vector<std::pair<int, std::string>> reasons;
   if (round) {
     // 3. Coordinator round: gather every rank's shutdown reason and the specs it has not sent
     //    yet (all pending that did not just pass by cache bits), then run the same coordinator
-    //    logic everywhere.
+    //    logic everywhere. Cached requests that did not pass go along too: a rank whose copy
+    //    of that tensor is new, changed or stalled waits for them there. So after a round no
+    //    request is left under a cache bit, and the cache may change (evict, replace, erase)
+    //    without a request voting for a bit that now means another tensor. A request in the
+    //    coordinator keeps asking for rounds (state kSent) until it completes.
     std::vector<TensorSpec> mine;
     for (auto& kv : pending) {
       Pending& p = kv.second;
       const bool passed =
-          p.state == State::kCached && votes[kStatusBytes + static_cast<size_t>(p.bit)];
+          p.state == State::kCached && votes.test(kStatusBits + static_cast<size_t>(p.bit));
       if (passed || p.state == State::kSent) continue;
       mine.push_back(p.req.spec);
       p.state = State::kSent;
@@ -192,15 +203,15 @@ bool Engine::Impl::cycle() {
       } else if (l.bit >= 0) {
         cache.erase(l.bit);
       }
+      Pending& p = pending.at(d.name);  // complete: this rank sent it too
       if (timeline.active()) {
         std::string cycles;
         for (uint64_t c : d.cycle_by_rank) {
           cycles += (cycles.empty() ? "" : ",") + std::to_string(c);
         }
-        pending.at(d.name).negotiate_args =
-            "{\"path\":\"coordinator\",\"ready_cycle_by_rank\":[" + cycles + "]}";
+        p.negotiate_args = "{\"path\":\"coordinator\",\"ready_cycle_by_rank\":[" + cycles + "]}";
       }
-      ready.push_back({d.name, d.error});
+      ready.push_back({&p, d.error});
     }
     // Stall inspector: rank 0 names who is missing; past the shutdown time, shut down.
     for (const Coordinator::Stall& st : coordinator.stalls(opt.stall_check_s, Clock::now())) {
@@ -230,18 +241,19 @@ bool Engine::Impl::cycle() {
   // 4. Groups wait until every member passed; then run everything in the agreed order.
   const auto agreed = Clock::now();
   std::vector<Ready> runnable;
+  const bool tracing = timeline.active();
   for (const Ready& r : ready) {
-    Pending& p = pending.at(r.name);
+    Pending& p = *r.pending;
     p.agreed = agreed;
-    timeline.event(r.name, "NEGOTIATE", p.enqueued, agreed, p.negotiate_args);
+    if (tracing) timeline.event(p.req.spec.name, "NEGOTIATE", p.enqueued, agreed, p.negotiate_args);
     if (p.req.spec.group < 0 || !r.error.empty()) {
       runnable.push_back(r);
       continue;
     }
-    std::vector<std::string>& members = held_groups[p.req.spec.group];
-    members.push_back(r.name);
+    std::vector<Pending*>& members = held_groups[p.req.spec.group];
+    members.push_back(&p);
     if (static_cast<int>(members.size()) == p.req.spec.group_size) {
-      for (const std::string& m : members) runnable.push_back({m, ""});
+      for (Pending* m : members) runnable.push_back({m, ""});
       held_groups.erase(p.req.spec.group);
     }
   }
@@ -253,6 +265,15 @@ bool Engine::Impl::cycle() {
     if (round) ++stats.coordinator_rounds;
     stats.control_seconds += seconds_since(t0);
     stats.control_cpu_seconds += thread_cpu_seconds() - cpu0;
+    auto since_epoch = [](Clock::time_point t) {
+      return std::chrono::duration<double>(t.time_since_epoch()).count();
+    };
+    const CycleTime ct{cycle_index, since_epoch(t0), since_epoch(Clock::now())};
+    if (cycle_log.size() < kCycleLogSize) {
+      cycle_log.push_back(ct);
+    } else {
+      cycle_log[cycle_index % kCycleLogSize] = ct;
+    }
   }
   ++cycle_index;
   const auto td = Clock::now();
@@ -272,7 +293,7 @@ bool Engine::Impl::cycle() {
 void Engine::Impl::execute(const std::vector<Ready>& ready) {
   std::vector<Pending*> ok;
   for (const Ready& r : ready) {
-    Pending& p = pending.at(r.name);
+    Pending& p = *r.pending;
     if (!r.error.empty()) {
       complete({&p}, std::make_exception_ptr(InvalidArgument(r.error)));
     } else {
@@ -295,7 +316,9 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
   const int n = comm->size();
   const size_t esize = dtype_size(lead.dtype);
   const auto start = Clock::now();
-  for (Pending* p : items) timeline.event(p->req.spec.name, "QUEUE", p->agreed, start);
+  if (timeline.active()) {
+    for (Pending* p : items) timeline.event(p->req.spec.name, "QUEUE", p->agreed, start);
+  }
   // One trace event per tensor of the batch for each phase.
   auto trace = [&](const char* phase, Clock::time_point begin, const std::string& args) {
     if (!timeline.active()) return;

@@ -37,7 +37,7 @@ struct Engine::Impl {
     std::string negotiate_args = "{}";  // for the timeline
   };
   struct Ready {
-    std::string name;
+    Pending* pending;   // an entry of `pending` (map nodes stay put until erased)
     std::string error;  // empty: run it
   };
 
@@ -58,12 +58,13 @@ struct Engine::Impl {
   std::string final_error;  // why the engine stopped; set once
   std::atomic<bool> stopped{false};
   Stats stats;
+  std::vector<CycleTime> cycle_log;  // ring of kCycleLogSize; cycle_index % size is the newest
   std::thread thread;
 
   // Engine thread only.
   std::map<std::string, Pending> pending;
   Coordinator coordinator;
-  std::map<int, std::vector<std::string>> held_groups;  // agreed members waiting for the rest
+  std::map<int, std::vector<Pending*>> held_groups;  // agreed members waiting for the rest
   std::vector<char> fusion;
   uint64_t cycle_index = 0;  // identical on every rank: cycles run in lockstep
   Timeline timeline;

@@ -19,6 +19,7 @@ void Timeline::start(const std::string& path) {
   file_ = std::fopen(path.c_str(), "w");
   TESSERA_CHECK(file_ != nullptr, "cannot write the timeline to '", path,
                 "': check that the directory exists and is writable");
+  active_ = true;
   first_ = true;
   origin_ = Clock::now();
   rows_.clear();
@@ -34,11 +35,7 @@ void Timeline::stop() {
   write("");
   std::fclose(file_);
   file_ = nullptr;
-}
-
-bool Timeline::active() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return file_ != nullptr;
+  active_ = false;
 }
 
 int Timeline::row_of(const std::string& tensor) {

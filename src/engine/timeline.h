@@ -8,6 +8,7 @@
 // Thread-safe; started and stopped at run time.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -28,7 +29,8 @@ class Timeline {
   // Starts writing to `path` (replacing the file); throws InvalidArgument if it cannot.
   void start(const std::string& path);
   void stop();
-  bool active() const;
+  // Lock-free, so the engine can skip per-tensor tracing work while nobody traces.
+  bool active() const { return active_.load(std::memory_order_relaxed); }
 
   // A complete event on the row of `tensor`; `args_json` is a JSON object ("{}" if none).
   void event(const std::string& tensor, const std::string& name, Clock::time_point begin,
@@ -42,6 +44,7 @@ class Timeline {
 
   mutable std::mutex mutex_;
   std::FILE* file_ = nullptr;
+  std::atomic<bool> active_{false};  // file_ != nullptr
   bool first_ = true;
   Clock::time_point origin_;
   std::map<std::string, int> rows_;

@@ -57,7 +57,9 @@ TEST_F(EngineTest, TwoHundredTensorsInDifferentOrdersTwice) {
     out[t].assign(len, -1);
     for (size_t i = 0; i < len; ++i) in[t][i] = static_cast<float>((r + 1) * ((t + i) % 5 + 1));
   }
+  Engine::Stats after_first;
   for (int step = 0; step < 2; ++step) {
+    if (step == 1) after_first = engine.stats();
     std::vector<int> order(kTensors);
     for (int t = 0; t < kTensors; ++t) order[t] = t;
     std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(r * 101 + step)));
@@ -76,8 +78,69 @@ TEST_F(EngineTest, TwoHundredTensorsInDifferentOrdersTwice) {
     }
   }
   const Engine::Stats s = engine.stats();
-  EXPECT_GT(s.cache_hits, 0u) << "the second step never used the response cache";
+  // The steady state: every tensor of the second step passed by its cache bit, and no cycle
+  // of it needed the coordinator.
+  EXPECT_EQ(s.cache_hits - after_first.cache_hits, static_cast<uint64_t>(kTensors));
+  EXPECT_EQ(s.coordinator_rounds, after_first.coordinator_rounds);
   EXPECT_EQ(s.tensors_done, 2u * kTensors);
+}
+
+// Rank 0 waits on "x" under cache bit 0 while a new tensor evicts x and takes bit 0; rank 1
+// then votes bit 0 for that other tensor. Rank 0's x must not vote bit 0 any more (the round
+// that evicted x took it to the coordinator), or the ranks would agree on different tensors.
+TEST_F(EngineTest, AnEvictedBitIsNotVotedForByTheRequestThatWaitedOnIt) {
+  const int n = world_->size(), r = world_->rank();
+  if (n < 2) GTEST_SKIP() << "needs two ranks";
+  EngineOptions o = fast();
+  o.cache_capacity = 1;
+  Engine engine(*world_, o);
+  std::vector<float> x(8, 1), y(8, 2), ox(8), oy(8);
+  auto sum = ReduceOp::kSum;
+  engine.enqueue_allreduce("x", x.data(), ox.data(), DataType::kFloat32, {8}, sum).wait(30);
+  Handle hx;
+  if (r == 0) hx = engine.enqueue_allreduce("x", x.data(), ox.data(), DataType::kFloat32, {8}, sum);
+  // y goes through the coordinator and evicts x (capacity 1): y now holds bit 0.
+  engine.enqueue_allreduce("y", y.data(), oy.data(), DataType::kFloat32, {8}, sum).wait(30);
+  Handle hy;
+  if (r != 0) hy = engine.enqueue_allreduce("y", y.data(), oy.data(), DataType::kFloat32, {8}, sum);
+  // Cycles run every millisecond: give rank 0's stale x many chances to vote bit 0.
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  comm::barrier(*world_);
+  if (r == 0) {
+    hy = engine.enqueue_allreduce("y", y.data(), oy.data(), DataType::kFloat32, {8}, sum);
+  } else {
+    hx = engine.enqueue_allreduce("x", x.data(), ox.data(), DataType::kFloat32, {8}, sum);
+  }
+  hx.wait(30);
+  hy.wait(30);
+  EXPECT_EQ(ox[7], static_cast<float>(n));
+  EXPECT_EQ(oy[7], static_cast<float>(2 * n));
+}
+
+// The cycle log the bench reads: consecutive indices from 0, each cycle's negotiation ending
+// after it starts and before the next one starts.
+TEST_F(EngineTest, TheCycleLogIsConsecutiveAndSharedByEveryRank) {
+  Engine engine(*world_, fast());
+  std::vector<float> x(64, 1), y(64);
+  for (int i = 0; i < 5; ++i) {
+    engine.enqueue_allreduce("t" + std::to_string(i), x.data(), y.data(), DataType::kFloat32, {64})
+        .wait(30);
+  }
+  const std::vector<Engine::CycleTime> log = engine.cycle_log();
+  ASSERT_GE(log.size(), 5u);
+  for (size_t i = 0; i < log.size(); ++i) {
+    EXPECT_LE(log[i].start_s, log[i].negotiated_s) << "cycle " << log[i].index;
+    if (i > 0) {
+      EXPECT_EQ(log[i].index, log[i - 1].index + 1);
+      EXPECT_LE(log[i - 1].negotiated_s, log[i].start_s);
+    }
+  }
+  EXPECT_EQ(log.front().index, 0u);
+  int64_t last = static_cast<int64_t>(log.back().index), lowest = last;
+  comm::AllreduceOptions mn;
+  mn.op = ReduceOp::kMin;
+  comm::allreduce(*world_, &lowest, &lowest, 1, DataType::kInt64, mn);
+  EXPECT_GE(lowest, 4) << "five collectives need at least five cycles on every rank";
 }
 
 TEST_F(EngineTest, AverageAndScaleFactorsAreFoldedIn) {
@@ -155,6 +218,52 @@ TEST_F(EngineTest, EveryKindOfMismatchFailsOnEveryRankNamingTheRanks) {
                                     ReduceOp::kSum);
   h.wait(30);
   EXPECT_EQ(y[0], static_cast<float>(n));
+}
+
+// Rank 0 waits on a cached tensor while every rank negotiates a new one, whose round takes
+// rank 0's request to the coordinator. The others, enqueuing it later from their cache, must
+// still meet it there at once, not after the stall timeout.
+TEST_F(EngineTest, ACachedRequestTakenToTheCoordinatorStillMeetsTheOthers) {
+  const int n = world_->size(), r = world_->rank();
+  if (n < 2) GTEST_SKIP() << "needs two ranks";
+  Engine engine(*world_, fast());
+  std::vector<float> a(8, 1), b(8, 2), oa(8), ob(8);
+  const ReduceOp sum = ReduceOp::kSum;
+  engine.enqueue_allreduce("a", a.data(), oa.data(), DataType::kFloat32, {8}, sum).wait(30);
+  // Rank 0 waits on the cached a while everyone negotiates the new b.
+  Handle ha;
+  if (r == 0) ha = engine.enqueue_allreduce("a", a.data(), oa.data(), DataType::kFloat32, {8}, sum);
+  engine.enqueue_allreduce("b", b.data(), ob.data(), DataType::kFloat32, {8}, sum).wait(30);
+  EXPECT_EQ(ob[7], static_cast<float>(2 * n));
+  comm::barrier(*world_);
+  // Now the others enqueue a from their cache; nothing else is new.
+  const auto t0 = std::chrono::steady_clock::now();
+  if (r != 0) ha = engine.enqueue_allreduce("a", a.data(), oa.data(), DataType::kFloat32, {8}, sum);
+  ha.wait(30);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_EQ(oa[7], static_cast<float>(n));
+}
+
+// A tensor cached on every rank changes shape on one rank only: the changed rank invalidates
+// the entry everywhere, so the others' cached requests meet it in the coordinator and every
+// rank fails it naming the shapes, within seconds.
+TEST_F(EngineTest, AShapeChangeOnOneRankOfACachedTensorIsAMismatchEverywhere) {
+  const int n = world_->size(), r = world_->rank();
+  if (n < 2) GTEST_SKIP() << "needs two ranks";
+  Engine engine(*world_, fast());
+  std::vector<float> x(16, 1), y(16);
+  engine.enqueue_allreduce("x", x.data(), y.data(), DataType::kFloat32, {8}).wait(30);
+  const int64_t len = r == 0 ? 16 : 8;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string what =
+      what_of(engine.enqueue_allreduce("x", x.data(), y.data(), DataType::kFloat32, {len}));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_NE(what.find("mismatch in collective 'x'"), std::string::npos) << what;
+  EXPECT_NE(what.find("shape"), std::string::npos) << what;
+  // The engine goes on: x with one shape everywhere completes.
+  engine.enqueue_allreduce("x", x.data(), y.data(), DataType::kFloat32, {8}, ReduceOp::kSum)
+      .wait(30);
+  EXPECT_EQ(y[7], static_cast<float>(n));
 }
 
 TEST_F(EngineTest, AShapeChangeInvalidatesTheCacheAndStillCompletes) {

@@ -8,6 +8,8 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/reduce.h"
+#include "engine/bit_vector.h"
 #include "engine/coordinator.h"
 #include "engine/fusion.h"
 #include "engine/response_cache.h"
@@ -135,6 +137,33 @@ TEST(ResponseCache, IdenticalHistoriesGiveIdenticalMappings) {
 
 // Properties of plan_fusion on random ready lists: a partition, threshold respected, batches
 // fusable, groups whole unless larger than the threshold, deterministic.
+TEST(BitVector, BitsLandInTheirWordAndTheAndOfWordsIsTheIntersection) {
+  std::mt19937 rng(7);
+  for (size_t bits : {1ul, 2ul, 63ul, 64ul, 65ul, 163ul, 1026ul}) {
+    BitVector a(bits), b(bits);
+    EXPECT_EQ(a.num_words(), (bits + 63) / 64);
+    std::set<size_t> in_a, in_b;
+    for (size_t k = 0; k < bits / 2 + 1; ++k) {
+      const size_t i = rng() % bits, j = rng() % bits;
+      a.set(i);
+      b.set(j);
+      in_a.insert(i);
+      in_b.insert(j);
+    }
+    for (size_t i = 0; i < bits; ++i) {
+      ASSERT_EQ(a.test(i), in_a.count(i) == 1) << bits << " bit " << i;
+      // Bit i is bit i % 64 of word i / 64, the layout every rank must share.
+      const uint64_t word = static_cast<uint64_t>(a.words()[i / 64]);
+      ASSERT_EQ((word >> (i % 64)) & 1u, in_a.count(i)) << bits << " bit " << i;
+    }
+    // The vote: a bitwise AND of the words (what the allreduce computes between two ranks).
+    reduce(DataType::kInt64, ReduceOp::kBitAnd, a.words(), b.words(), a.words(), a.num_words());
+    for (size_t i = 0; i < bits; ++i) {
+      ASSERT_EQ(a.test(i), in_a.count(i) == 1 && in_b.count(i) == 1) << bits << " bit " << i;
+    }
+  }
+}
+
 TEST(Fusion, RandomListsSatisfyEveryRule) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 3000; ++trial) {
