@@ -30,6 +30,14 @@ check "bench allreduce bf16 avg" 0 "#wrong total: 0" "$out" $rc
 out=$(run bench engine -n 2 -w 1 --json "$work/engine.json" 2>&1); rc=$?
 check "bench engine" 0 "161 tensors, 25557032 parameters" "$out" $rc
 grep -q '"control_ms_per_step"' "$work/engine.json" || { echo "FAIL bench engine: no JSON"; fail=1; }
+# Both ranks share this host, so the critical-path measure is there; the median script reads it.
+check "bench engine critical path" 0 "until the first rank has the agreement" "$out" $rc
+out=$(python3 "$(dirname "$0")/../scripts/bench_engine_median.py" "$work/engine.json" 2>&1); rc=$?
+check "bench_engine_median.py" 0 "critical, first agreed" "$out" $rc
+out=$(run bench allreduce -d i32 -o band -b 64 -e 64K -f 16 -n 2 --algo all 2>&1); rc=$?
+check "bench allreduce i32 band" 0 "#wrong total: 0" "$out" $rc
+out=$(run bench allreduce -d f32 -o bor -n 1 2>&1); rc=$?
+check "bor on f32 refused" 2 "bitwise and not defined on floating dtype f32" "$out" $rc
 
 out=$(run bench allreduce --calibrate -e 1M -n 3 -w 1 --table "$work/table.json" 2>&1); rc=$?
 check "calibrate" 0 "wrote $work/table.json" "$out" $rc
