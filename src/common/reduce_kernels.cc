@@ -109,27 +109,8 @@ void binary_f16(const void* a, const void* b, void* out, size_t count) {
   }
 }
 
-template <typename Op>
-void dispatch_dtype(DataType dtype, const void* a, const void* b, void* out, size_t count) {
-  switch (dtype) {
-    case DataType::kFloat32:
-      return binary<float, Op>(a, b, out, count);
-    case DataType::kFloat64:
-      return binary<double, Op>(a, b, out, count);
-    case DataType::kFloat16:
-      return binary_f16<Op>(a, b, out, count);
-    case DataType::kBFloat16:
-      return binary_bf16<Op>(a, b, out, count);
-    case DataType::kInt32:
-      return binary<int32_t, Op>(a, b, out, count);
-    case DataType::kInt64:
-      return binary<int64_t, Op>(a, b, out, count);
-    case DataType::kUInt8:
-      return binary<uint8_t, Op>(a, b, out, count);
-  }
-}
-
-// Bitwise ops exist on integers only; check_op_supported refuses floating dtypes before here.
+// Integer dtypes alone: bitwise ops exist only there, and check_op_supported refuses them on
+// floating dtypes before any kernel runs.
 template <typename Op>
 void dispatch_integer(DataType dtype, const void* a, const void* b, void* out, size_t count) {
   switch (dtype) {
@@ -141,6 +122,22 @@ void dispatch_integer(DataType dtype, const void* a, const void* b, void* out, s
       return binary<uint8_t, Op>(a, b, out, count);
     default:
       return;
+  }
+}
+
+template <typename Op>
+void dispatch_dtype(DataType dtype, const void* a, const void* b, void* out, size_t count) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return binary<float, Op>(a, b, out, count);
+    case DataType::kFloat64:
+      return binary<double, Op>(a, b, out, count);
+    case DataType::kFloat16:
+      return binary_f16<Op>(a, b, out, count);
+    case DataType::kBFloat16:
+      return binary_bf16<Op>(a, b, out, count);
+    default:
+      return dispatch_integer<Op>(dtype, a, b, out, count);
   }
 }
 
