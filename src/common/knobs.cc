@@ -71,6 +71,9 @@ const std::vector<KnobInfo>& knob_table() {
        "a stall longer than this fails every pending handle with the stall report"},
       {"TESSERA_TIMELINE", "(empty: none)", "a path to a JSON file",
        "Chrome/Perfetto trace of the engine: negotiation, queue, fusion copies, collectives"},
+      {"TESSERA_MALLOC_POLICY", "keep", "keep, system",
+       "process memory policy set at tessera::init: keep freed buffers for reuse, or glibc's "
+       "defaults"},
   };
   return table;
 }
@@ -166,6 +169,14 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
     k.cache_capacity = static_cast<size_t>(parse_int("TESSERA_CACHE_CAPACITY", v, 0, 1 << 20));
   }
   if (const char* v = get("TESSERA_TIMELINE")) k.timeline = v;
+  if (const char* v = get("TESSERA_MALLOC_POLICY")) {
+    const std::string s = v;
+    if (s != "keep" && s != "system") {
+      throw InvalidArgument("TESSERA_MALLOC_POLICY: '" + s +
+                            "' is not a policy; accepted: keep, system");
+    }
+    k.malloc_policy = s;
+  }
   return k;
 }
 

@@ -46,6 +46,12 @@ struct Knobs {
   double stall_shutdown_s = 0.0;
   // Chrome trace of the engine's activity (empty: none).
   std::string timeline;
+
+  // The libtorch binding (src/torch).
+  // Process memory policy applied at tessera::init: "keep" raises glibc's mmap and trim
+  // thresholds so libtorch's large buffers are reused instead of page-faulted in every step;
+  // "system" leaves glibc's defaults.
+  std::string malloc_policy = "keep";
 };
 
 struct KnobInfo {

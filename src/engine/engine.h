@@ -13,6 +13,7 @@
 // The engine owns no static state: two engines over different communicators can coexist.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -124,6 +125,11 @@ class Engine {
   // rank 0 at construction). start throws InvalidArgument if the file cannot be written.
   void start_timeline(const std::string& path);
   void stop_timeline();
+  bool timeline_active() const;
+  // Adds a span of the caller's own (for example the trainer's FORWARD and BACKWARD) to the
+  // timeline on its row `row`, so collectives can be seen against it. No-op while not tracing.
+  void trace(const std::string& row, const std::string& name,
+             std::chrono::steady_clock::time_point begin, std::chrono::steady_clock::time_point end);
 
  private:
   std::vector<Handle> enqueue_group_impl(std::vector<Request> requests, bool as_group);

@@ -1,0 +1,234 @@
+// tessera's libtorch API: Horovod's C++ surface on torch::Tensor and torch::nn modules.
+//
+//   tessera::init();                                   // once per process, under mpirun
+//   auto model = ...;                                  // any torch::nn::Module
+//   tessera::broadcast_parameters(*model, 0);          // every rank starts from rank 0's weights
+//   torch::optim::SGD sgd(model->parameters(), ...);
+//   tessera::DistributedOptimizer opt(sgd, model->named_parameters());
+//   loss.backward();  opt.step();                      // gradients averaged over every rank
+//
+// Collectives are named: a name identifies the same tensor on every rank, so ranks may
+// enqueue in different orders; an empty name takes the next of a per-process counter
+// ("allreduce.noname.N"), which agrees across ranks only when every rank issues the same
+// unnamed calls in the same order. A disagreement between ranks (dtype, shape, op, root)
+// fails on every rank with an InvalidArgument that names the tensor and the ranks.
+//
+// Tensors: CPU, any strides (non-contiguous ones are copied), dtypes f32 f64 f16 bf16 i32
+// i64 u8; others are refused naming the accepted ones.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "engine/handle.h"
+
+namespace tessera {
+
+namespace engine {
+class Engine;
+}
+
+// ---- the process ----
+
+// Initialises MPI (MPI_THREAD_MULTIPLE), reads the knobs (docs/knobs.md), applies the process
+// memory policy (TESSERA_MALLOC_POLICY, docs/training.md) and starts the engine. Collective
+// over MPI_COMM_WORLD. A second call does nothing.
+void init();
+// Stops the engine (agreed with the other ranks) and finalises MPI if init() initialised it.
+// Never throws; safe to call twice or without init().
+void shutdown();
+bool is_initialized();
+int rank();
+int size();
+// Rank within this node, and ranks on this node.
+int local_rank();
+int local_size();
+// The engine behind every call (for process sets, the timeline, stats). Throws if not init().
+engine::Engine& global_engine();
+
+// ---- collectives on tensors ----
+
+// An asynchronous collective in flight: the tensors it reads and writes stay alive inside it.
+class TensorHandle {
+ public:
+  TensorHandle() = default;
+  // Non-blocking. Never throws.
+  bool poll() const { return handle_.poll(); }
+  const std::string& name() const { return handle_.name(); }
+
+ private:
+  friend class TensorOps;
+  friend torch::Tensor synchronize(TensorHandle& handle);
+  engine::Handle handle_;
+  torch::Tensor input_;   // kept alive until the collective is done
+  torch::Tensor output_;  // what synchronize() returns
+  torch::Tensor target_;  // in-place calls: where output_ is copied back (if it is a copy)
+  bool allgather_ = false;
+};
+
+// Blocks until the collective is done and returns its result; rethrows the engine's error
+// (InvalidArgument for a disagreement between ranks, TimeoutError, CommError).
+torch::Tensor synchronize(TensorHandle& handle);
+
+// Allreduce with op (default: average over the ranks); prescale / postscale multiply the
+// input before and the result after the reduction (floating dtypes only).
+TensorHandle allreduce_async(const torch::Tensor& tensor, const std::string& name = "",
+                             ReduceOp op = ReduceOp::kAverage, double prescale = 1.0,
+                             double postscale = 1.0, int process_set = 0);
+// In place: the result lands in `tensor` itself.
+TensorHandle allreduce_async_(torch::Tensor& tensor, const std::string& name = "",
+                              ReduceOp op = ReduceOp::kAverage, double prescale = 1.0,
+                              double postscale = 1.0, int process_set = 0);
+torch::Tensor allreduce(const torch::Tensor& tensor, const std::string& name = "",
+                        ReduceOp op = ReduceOp::kAverage, double prescale = 1.0,
+                        double postscale = 1.0, int process_set = 0);
+torch::Tensor& allreduce_(torch::Tensor& tensor, const std::string& name = "",
+                          ReduceOp op = ReduceOp::kAverage, int process_set = 0);
+// Reduces all tensors as one group: released together when every member is ready on every
+// rank, and fused into one buffer (below the fusion threshold). Names are `name`.0, .1, ...
+std::vector<TensorHandle> grouped_allreduce_async(const std::vector<torch::Tensor>& tensors,
+                                                  const std::string& name = "",
+                                                  ReduceOp op = ReduceOp::kAverage,
+                                                  int process_set = 0);
+// In place, one name per tensor (the DistributedOptimizer's groups).
+std::vector<TensorHandle> grouped_allreduce_async_(std::vector<torch::Tensor>& tensors,
+                                                   const std::vector<std::string>& names,
+                                                   ReduceOp op = ReduceOp::kAverage,
+                                                   double prescale = 1.0, double postscale = 1.0,
+                                                   int process_set = 0);
+std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
+                                             const std::string& name = "",
+                                             ReduceOp op = ReduceOp::kAverage,
+                                             int process_set = 0);
+// Concatenates every rank's tensor along dimension 0 (ranks may differ in that dimension).
+TensorHandle allgather_async(const torch::Tensor& tensor, const std::string& name = "",
+                             int process_set = 0);
+torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name = "",
+                        int process_set = 0);
+// Returns root's tensor on every rank; broadcast_ writes it into `tensor`.
+TensorHandle broadcast_async(const torch::Tensor& tensor, int root, const std::string& name = "",
+                             int process_set = 0);
+torch::Tensor broadcast(const torch::Tensor& tensor, int root, const std::string& name = "",
+                        int process_set = 0);
+torch::Tensor& broadcast_(torch::Tensor& tensor, int root, const std::string& name = "",
+                          int process_set = 0);
+// Dimension 0 (divisible by the number of ranks) is cut into size() blocks; block j goes to
+// rank j, and the result holds the blocks received, in rank order.
+TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name = "",
+                            int process_set = 0);
+torch::Tensor alltoall(const torch::Tensor& tensor, const std::string& name = "",
+                       int process_set = 0);
+
+// Every parameter and buffer of `module` (by its name) takes root's value. Collective.
+void broadcast_parameters(torch::nn::Module& module, int root);
+// Every rank's optimizer takes root's state (momentum buffers, step counts) and its param
+// groups' options (learning rate, ...). The optimizers must be over the same parameters in
+// the same order. Collective.
+void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root);
+
+// ---- DistributedOptimizer ----
+
+enum class Compression { kNone, kFloat16, kBFloat16 };
+// "none", "fp16", "bf16"; throws InvalidArgument listing the accepted names.
+Compression parse_compression(const std::string& name);
+
+struct DistributedOptions {
+  // Backward passes accumulated locally before step() averages over the ranks. The local
+  // gradients are summed over these passes (as Horovod and DDP's no_sync do).
+  int backward_passes_per_step = 1;
+  // 0: each gradient is its own collective (the engine still fuses what is ready together);
+  // N > 0: the gradients are cut into N groups, contiguous in reverse registration order
+  // (roughly the order backward produces them), each reduced as one grouped allreduce.
+  int groups = 0;
+  // Gradients travel in f16 or bf16 and are restored to their dtype after the reduction.
+  Compression compression = Compression::kNone;
+  // Average (default) or sum over the ranks.
+  ReduceOp op = ReduceOp::kAverage;
+  int process_set = 0;
+  // Prefix of the collectives' names ("grad." + parameter name).
+  std::string prefix = "grad.";
+};
+
+// Wraps any torch::optim::Optimizer. A hook on each parameter's gradient accumulator enqueues
+// that gradient's allreduce as soon as autograd has produced it (the last of
+// backward_passes_per_step passes), so communication overlaps the rest of backward. step()
+// waits for every gradient and applies the average with the wrapped optimizer.
+class DistributedOptimizer {
+ public:
+  // `named_parameters`: the parameters the wrapped optimizer updates, with names that are the
+  // same on every rank (module->named_parameters()).
+  DistributedOptimizer(torch::optim::Optimizer& optimizer,
+                       const torch::OrderedDict<std::string, torch::Tensor>& named_parameters,
+                       DistributedOptions options = {});
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  // Waits for every gradient's allreduce (enqueuing those whose hook did not fire: unused
+  // parameters reduce zeros so every rank runs the same collectives) and leaves the averages in
+  // the parameters' .grad. Called by step(); call it yourself to clip gradients first.
+  void synchronize();
+  // synchronize(), then the wrapped optimizer's step().
+  void step();
+  // The wrapped optimizer's zero_grad().
+  void zero_grad();
+  torch::optim::Optimizer& optimizer() { return optimizer_; }
+  const DistributedOptions& options() const { return options_; }
+  // Parameter indices of each group (empty when options.groups == 0). Pure, for tests.
+  static std::vector<std::vector<size_t>> plan_groups(size_t num_parameters, int groups);
+
+  struct Impl;  // public for the hook in the .cc; not part of the API
+
+ private:
+  torch::optim::Optimizer& optimizer_;
+  DistributedOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- BatchNorm2d with optional cross-rank statistics ----
+
+struct BatchNormOptions {
+  int64_t num_features = 0;
+  double eps = 1e-5;
+  double momentum = 0.1;
+  // Reduce the batch statistics over every rank of `process_set` in training (SyncBatchNorm);
+  // false: plain BatchNorm2d.
+  bool sync = false;
+  int process_set = 0;
+  // Names the collectives (same on every rank); empty: a per-process counter.
+  std::string name;
+};
+
+// torch::nn::BatchNorm2d's parameters and buffers under its names (weight, bias,
+// running_mean, running_var, num_batches_tracked), so state_dicts interchange with PyTorch.
+// With sync and more than one rank, training-mode statistics are those of the batch
+// concatenated over the ranks (unequal local batches allowed), and backward performs the
+// matching reductions of sum(dy) and sum(dy * (x - mean)), as PyTorch's SyncBatchNorm does.
+class BatchNorm2dImpl : public torch::nn::Module {
+ public:
+  explicit BatchNorm2dImpl(BatchNormOptions options);
+  torch::Tensor forward(const torch::Tensor& x);
+  const BatchNormOptions& options() const { return options_; }
+  torch::Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+
+ private:
+  BatchNormOptions options_;
+  uint64_t calls_ = 0;  // names successive collectives of this layer
+};
+TORCH_MODULE(BatchNorm2d);
+
+// Functional SyncBatchNorm in training mode: normalises x [N, C, ...] with the statistics of
+// the batch concatenated over `process_set`; returns y and writes the global mean and biased
+// variance (C each, f64) to *mean and *var and the values per channel over all ranks to
+// *count when given.
+torch::Tensor sync_batch_norm(const torch::Tensor& x, const torch::Tensor& weight,
+                              const torch::Tensor& bias, double eps, const std::string& name,
+                              int process_set = 0, torch::Tensor* mean = nullptr,
+                              torch::Tensor* var = nullptr, double* count = nullptr);
+
+}  // namespace tessera

@@ -1,0 +1,62 @@
+// broadcast_parameters and broadcast_optimizer_state: every rank takes root's model and
+// optimizer, so data-parallel replicas start identical (after random init or a resume).
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <sstream>
+
+#include "common/error.h"
+#include "tessera/torch.h"
+
+namespace tessera {
+namespace {
+
+// Root's bytes on every rank: the length first (the engine needs equal shapes), then the data.
+std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name) {
+  torch::Tensor len = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64);
+  broadcast_(len, root, name + ".bytes");
+  torch::Tensor buf = torch::empty({len.item<int64_t>()}, torch::kUInt8);
+  if (rank() == root && !bytes.empty()) std::memcpy(buf.data_ptr(), bytes.data(), bytes.size());
+  broadcast_(buf, root, name + ".data");
+  return std::string(static_cast<const char*>(buf.data_ptr()), static_cast<size_t>(buf.numel()));
+}
+
+}  // namespace
+
+void broadcast_parameters(torch::nn::Module& module, int root) {
+  TESSERA_CHECK(root >= 0 && root < size(), "broadcast_parameters: root ", root,
+                " is not a rank; accepted: 0 to ", size() - 1);
+  torch::NoGradGuard no_grad;
+  std::vector<TensorHandle> handles;
+  std::vector<torch::Tensor> targets;
+  auto add = [&](const std::string& name, torch::Tensor& t) {
+    if (!t.defined() || t.numel() == 0) return;
+    handles.push_back(broadcast_async(t, root, "broadcast_parameters." + name));
+    targets.push_back(t);
+  };
+  for (auto& kv : module.named_parameters()) add(kv.key(), kv.value());
+  for (auto& kv : module.named_buffers()) add(kv.key(), kv.value());
+  for (size_t i = 0; i < handles.size(); ++i) targets[i].copy_(synchronize(handles[i]));
+}
+
+void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root) {
+  TESSERA_CHECK(root >= 0 && root < size(), "broadcast_optimizer_state: root ", root,
+                " is not a rank; accepted: 0 to ", size() - 1);
+  std::string bytes;
+  if (rank() == root) {
+    torch::serialize::OutputArchive archive;
+    optimizer.save(archive);
+    std::ostringstream os;
+    archive.save_to(os);
+    bytes = os.str();
+  }
+  bytes = broadcast_bytes(bytes, root, "broadcast_optimizer_state");
+  if (rank() != root) {
+    torch::serialize::InputArchive archive;
+    std::istringstream is(bytes);
+    archive.load_from(is);
+    optimizer.load(archive);
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,26 @@
+// Internal to src/torch: the process's tessera context behind the free functions of
+// include/tessera/torch.h (Horovod's hvd.init() state): the world communicator and the engine.
+// The engine itself holds no static state; this is the one place that keeps a default.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "engine/engine.h"
+
+namespace tessera {
+namespace detail {
+
+struct Context {
+  std::unique_ptr<comm::Communicator> world;
+  std::unique_ptr<engine::Engine> engine;
+};
+
+// Throws InvalidArgument ("call tessera::init() first") when not initialised.
+Context& context();
+// The next automatic name for an unnamed collective of `kind` ("allreduce.noname.7").
+std::string auto_name(const char* kind);
+
+}  // namespace detail
+}  // namespace tessera

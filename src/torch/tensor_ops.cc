@@ -1,0 +1,231 @@
+// Collectives on torch::Tensor: each call checks the tensor, makes it contiguous (a copy only
+// when it is not), enqueues on the engine and returns a handle that keeps the tensors alive.
+#include <c10/util/irange.h>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "tessera/torch.h"
+#include "torch/context.h"
+#include "torch/dtype_map.h"
+
+namespace tessera {
+
+class TensorOps {
+ public:
+  static void set(TensorHandle& h, engine::Handle e, torch::Tensor in, torch::Tensor out,
+                  torch::Tensor target, bool allgather) {
+    h.handle_ = std::move(e);
+    h.input_ = std::move(in);
+    h.output_ = std::move(out);
+    h.target_ = std::move(target);
+    h.allgather_ = allgather;
+  }
+};
+
+namespace {
+
+std::vector<int64_t> shape_of(const torch::Tensor& t) { return t.sizes().vec(); }
+
+torch::Tensor contiguous_cpu(const torch::Tensor& t, const char* what) {
+  TESSERA_CHECK(t.defined(), what, ": the tensor is undefined");
+  TESSERA_CHECK(t.device().is_cpu(), what, ": tensor is on ", t.device().str(),
+                "; tessera's engine reduces CPU tensors (move it with .cpu())");
+  return t.contiguous();
+}
+
+std::string name_or_auto(const std::string& name, const char* kind) {
+  return name.empty() ? detail::auto_name(kind) : name;
+}
+
+// One request of `op` over contiguous `in` -> `out` (the same tensor for in-place calls).
+engine::Request make_request(engine::OpType op, const std::string& name, const torch::Tensor& in,
+                             const torch::Tensor& out, int process_set) {
+  engine::Request r;
+  r.spec.name = name;
+  r.spec.op = op;
+  r.spec.dtype = detail::to_dtype(in.scalar_type(), name);
+  r.spec.shape = shape_of(in);
+  r.spec.process_set = process_set;
+  r.input = in.data_ptr();
+  r.output = out.defined() ? out.data_ptr() : nullptr;
+  return r;
+}
+
+engine::Request make_allreduce(const std::string& name, const torch::Tensor& in,
+                               const torch::Tensor& out, ReduceOp op, double prescale,
+                               double postscale, int process_set) {
+  engine::Request r = make_request(engine::OpType::kAllreduce, name, in, out, process_set);
+  r.spec.reduce_op = op;
+  r.spec.prescale = prescale;
+  r.spec.postscale = postscale;
+  return r;
+}
+
+}  // namespace
+
+torch::Tensor synchronize(TensorHandle& h) {
+  h.handle_.wait();
+  if (h.allgather_) {
+    const std::vector<char>& bytes = h.handle_.result();
+    const std::vector<int64_t>& shape = h.handle_.result_shape();
+    torch::Tensor out = torch::empty(shape, h.input_.options());
+    TESSERA_ASSERT(static_cast<size_t>(out.nbytes()) == bytes.size(), "allgather of '", h.name(),
+                   "' returned ", bytes.size(), " bytes for ", out.nbytes());
+    if (!bytes.empty()) std::memcpy(out.data_ptr(), bytes.data(), bytes.size());
+    h.output_ = out;
+  }
+  if (h.target_.defined() && !h.target_.is_same(h.output_)) h.target_.copy_(h.output_);
+  h.input_ = torch::Tensor();
+  return h.output_;
+}
+
+TensorHandle allreduce_async(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
+                             double prescale, double postscale, int process_set) {
+  torch::Tensor in = contiguous_cpu(tensor, "allreduce");
+  torch::Tensor out = torch::empty_like(in);
+  engine::Request r = make_allreduce(name_or_auto(name, "allreduce"), in, out, op, prescale,
+                                     postscale, process_set);
+  TensorHandle h;
+  TensorOps::set(h, global_engine().enqueue(std::move(r)), in, out, torch::Tensor(), false);
+  return h;
+}
+
+TensorHandle allreduce_async_(torch::Tensor& tensor, const std::string& name, ReduceOp op,
+                              double prescale, double postscale, int process_set) {
+  torch::Tensor buf = contiguous_cpu(tensor, "allreduce_");
+  // The algorithms reduce in place.
+  engine::Request r = make_allreduce(name_or_auto(name, "allreduce"), buf, buf, op, prescale,
+                                     postscale, process_set);
+  TensorHandle h;
+  TensorOps::set(h, global_engine().enqueue(std::move(r)), buf, buf, tensor, false);
+  return h;
+}
+
+torch::Tensor allreduce(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
+                        double prescale, double postscale, int process_set) {
+  TensorHandle h = allreduce_async(tensor, name, op, prescale, postscale, process_set);
+  return synchronize(h);
+}
+
+torch::Tensor& allreduce_(torch::Tensor& tensor, const std::string& name, ReduceOp op,
+                          int process_set) {
+  TensorHandle h = allreduce_async_(tensor, name, op, 1.0, 1.0, process_set);
+  synchronize(h);
+  return tensor;
+}
+
+std::vector<TensorHandle> grouped_allreduce_async(const std::vector<torch::Tensor>& tensors,
+                                                  const std::string& name, ReduceOp op,
+                                                  int process_set) {
+  TESSERA_CHECK(!tensors.empty(), "grouped_allreduce needs at least one tensor");
+  const std::string base = name_or_auto(name, "grouped_allreduce");
+  std::vector<engine::Request> requests;
+  std::vector<torch::Tensor> ins, outs;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    torch::Tensor in = contiguous_cpu(tensors[i], "grouped_allreduce");
+    torch::Tensor out = torch::empty_like(in);
+    requests.push_back(
+        make_allreduce(base + "." + std::to_string(i), in, out, op, 1.0, 1.0, process_set));
+    ins.push_back(in);
+    outs.push_back(out);
+  }
+  std::vector<engine::Handle> hs = global_engine().enqueue_group(std::move(requests));
+  std::vector<TensorHandle> out(hs.size());
+  for (size_t i = 0; i < hs.size(); ++i) {
+    TensorOps::set(out[i], std::move(hs[i]), ins[i], outs[i], torch::Tensor(), false);
+  }
+  return out;
+}
+
+std::vector<TensorHandle> grouped_allreduce_async_(std::vector<torch::Tensor>& tensors,
+                                                   const std::vector<std::string>& names,
+                                                   ReduceOp op, double prescale, double postscale,
+                                                   int process_set) {
+  TESSERA_CHECK(!tensors.empty(), "grouped_allreduce_ needs at least one tensor");
+  TESSERA_CHECK_EQ(tensors.size(), names.size(), "grouped_allreduce_ needs one name per tensor");
+  std::vector<engine::Request> requests;
+  std::vector<torch::Tensor> bufs;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    torch::Tensor buf = contiguous_cpu(tensors[i], "grouped_allreduce_");
+    requests.push_back(make_allreduce(names[i], buf, buf, op, prescale, postscale, process_set));
+    bufs.push_back(buf);
+  }
+  std::vector<engine::Handle> hs = global_engine().enqueue_group(std::move(requests));
+  std::vector<TensorHandle> out(hs.size());
+  for (size_t i = 0; i < hs.size(); ++i) {
+    TensorOps::set(out[i], std::move(hs[i]), bufs[i], bufs[i], tensors[i], false);
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
+                                             const std::string& name, ReduceOp op,
+                                             int process_set) {
+  std::vector<TensorHandle> hs = grouped_allreduce_async(tensors, name, op, process_set);
+  std::vector<torch::Tensor> out;
+  for (TensorHandle& h : hs) out.push_back(synchronize(h));
+  return out;
+}
+
+TensorHandle allgather_async(const torch::Tensor& tensor, const std::string& name,
+                             int process_set) {
+  torch::Tensor in = contiguous_cpu(tensor, "allgather");
+  TESSERA_CHECK(in.dim() >= 1, "allgather needs a tensor with at least one dimension");
+  engine::Request r = make_request(engine::OpType::kAllgather, name_or_auto(name, "allgather"),
+                                   in, torch::Tensor(), process_set);
+  TensorHandle h;
+  TensorOps::set(h, global_engine().enqueue(std::move(r)), in, torch::Tensor(), torch::Tensor(), true);
+  return h;
+}
+
+torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name, int process_set) {
+  TensorHandle h = allgather_async(tensor, name, process_set);
+  return synchronize(h);
+}
+
+TensorHandle broadcast_async(const torch::Tensor& tensor, int root, const std::string& name,
+                             int process_set) {
+  torch::Tensor buf = contiguous_cpu(tensor, "broadcast").clone();
+  engine::Request r = make_request(engine::OpType::kBroadcast, name_or_auto(name, "broadcast"),
+                                   buf, buf, process_set);
+  r.spec.root = root;
+  TensorHandle h;
+  TensorOps::set(h, global_engine().enqueue(std::move(r)), buf, buf, torch::Tensor(), false);
+  return h;
+}
+
+torch::Tensor broadcast(const torch::Tensor& tensor, int root, const std::string& name,
+                        int process_set) {
+  TensorHandle h = broadcast_async(tensor, root, name, process_set);
+  return synchronize(h);
+}
+
+torch::Tensor& broadcast_(torch::Tensor& tensor, int root, const std::string& name,
+                          int process_set) {
+  torch::Tensor buf = contiguous_cpu(tensor, "broadcast_");
+  engine::Request r = make_request(engine::OpType::kBroadcast, name_or_auto(name, "broadcast"),
+                                   buf, buf, process_set);
+  r.spec.root = root;
+  TensorHandle h;
+  TensorOps::set(h, global_engine().enqueue(std::move(r)), buf, buf, tensor, false);
+  synchronize(h);
+  return tensor;
+}
+
+TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name,
+                            int process_set) {
+  torch::Tensor in = contiguous_cpu(tensor, "alltoall");
+  torch::Tensor out = torch::empty_like(in);
+  engine::Request r = make_request(engine::OpType::kAlltoall, name_or_auto(name, "alltoall"), in,
+                                   out, process_set);
+  TensorHandle h;
+  TensorOps::set(h, global_engine().enqueue(std::move(r)), in, out, torch::Tensor(), false);
+  return h;
+}
+
+torch::Tensor alltoall(const torch::Tensor& tensor, const std::string& name, int process_set) {
+  TensorHandle h = alltoall_async(tensor, name, process_set);
+  return synchronize(h);
+}
+
+}  // namespace tessera
