@@ -7,9 +7,11 @@
 
 #include "apps/tessera/bench_collectives.h"
 #include "apps/tessera/bench_engine.h"
+#include "apps/tessera/train_cli.h"
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "common/knobs.h"
+#include "tessera/torch.h"
 
 namespace {
 
@@ -28,16 +30,16 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmark a collective beside MPI's own");
   bench_cmd
       ->add_option("collective", bench.collective,
-                   "allreduce, allgather, broadcast, reduce-scatter, alltoall, or engine")
+                   "allreduce, allgather, broadcast, reduce-scatter, alltoall, engine, or train")
       ->required()
-      ->check(CLI::IsMember(
-          {"allreduce", "allgather", "broadcast", "reduce-scatter", "alltoall", "engine"}));
+      ->check(CLI::IsMember({"allreduce", "allgather", "broadcast", "reduce-scatter", "alltoall",
+                             "engine", "train"}));
   bench_cmd->add_option("-b,--minbytes", min_b, "smallest size (bytes; K/M/G suffixes)");
   bench_cmd->add_option("-e,--maxbytes", max_b, "largest size (bytes; K/M/G suffixes)");
   bench_cmd->add_option("-f,--stepfactor", bench.factor, "size multiplier between rows");
   bench_cmd->add_option("-n,--iters", bench.iterations, "timed calls per row")
       ->check(CLI::Range(1, 1000000));
-  bench_cmd->add_option("-w,--warmup_iters", bench.warmup, "untimed calls per row")
+  bench_cmd->add_option("-w,--warmup_iters,--warmup", bench.warmup, "untimed calls per row")
       ->check(CLI::Range(0, 1000000));
   bench_cmd
       ->add_option("--algo", algos,
@@ -51,6 +53,13 @@ int main(int argc, char** argv) {
                       "allreduce: measure every algorithm and write the cost table for auto");
   bench_cmd->add_option("--table", bench.table_path, "where --calibrate writes the cost table");
 
+  tessera::train::TrainBenchOptions train_bench;
+  tessera::app::add_train_bench_options(*bench_cmd, train_bench);
+  tessera::train::TrainOptions train;
+  CLI::App* train_cmd = tessera::app::add_train_command(app, train);
+  tessera::app::ExportOptions export_options;
+  CLI::App* export_cmd = tessera::app::add_export_command(app, export_options);
+
   // A later -f/-b/... on the command line overrides an earlier one (scripts add their own).
   for (CLI::Option* opt : bench_cmd->get_options()) {
     if (opt->get_name() != "--algo") opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -62,9 +71,25 @@ int main(int argc, char** argv) {
   }
 
   int rc = 0;
+  const bool uses_torch = train_cmd->parsed() || export_cmd->parsed() ||
+                          (bench_cmd->parsed() && bench.collective == "train");
   try {
-    tessera::comm::init(&argc, &argv);
-    if (bench_cmd->parsed()) {
+    if (uses_torch) {
+      // The libtorch API's init: MPI, knobs, the memory policy and the engine.
+      tessera::init();
+    } else {
+      tessera::comm::init(&argc, &argv);
+    }
+    if (train_cmd->parsed()) {
+      tessera::train::run_training(train);
+    } else if (export_cmd->parsed()) {
+      rc = tessera::app::run_export(export_options);
+    } else if (bench_cmd->parsed() && bench.collective == "train") {
+      if (bench_cmd->get_option("--iters")->count() > 0) train_bench.iters = bench.iterations;
+      if (bench_cmd->get_option("--warmup")->count() > 0) train_bench.warmup = bench.warmup;
+      train_bench.json = bench.json_path;
+      tessera::train::run_train_benchmark(train_bench);
+    } else if (bench_cmd->parsed()) {
       bench.min_bytes = bytes_arg(min_b);
       bench.max_bytes = bytes_arg(max_b);
       bench.dtype = tessera::parse_dtype(dtype);
@@ -83,10 +108,17 @@ int main(int argc, char** argv) {
   } catch (const tessera::Error& e) {
     std::fprintf(stderr, "tessera: error: %s\n", e.what());
     rc = 2;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "tessera: error: %s\n", e.what_without_backtrace());
+    rc = 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tessera: unexpected error: %s\n", e.what());
     rc = 3;
   }
-  tessera::comm::finalize();
+  if (uses_torch) {
+    tessera::shutdown();
+  } else {
+    tessera::comm::finalize();
+  }
   return rc;
 }

@@ -124,6 +124,9 @@ TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name
 torch::Tensor alltoall(const torch::Tensor& tensor, const std::string& name = "",
                        int process_set = 0);
 
+// Root's bytes on every rank (any length; the others pass anything, e.g. ""). Collective.
+std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name);
+
 // Every parameter and buffer of `module` (by its name) takes root's value. Collective.
 void broadcast_parameters(torch::nn::Module& module, int root);
 // Every rank's optimizer takes root's state (momentum buffers, step counts) and its param

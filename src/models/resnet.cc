@@ -83,7 +83,8 @@ BatchNorm2d make_norm(int64_t channels, const NormSpec& spec, const std::string&
 
 void init_weights(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
-  for (auto& m : module.modules(/*include_self=*/true)) {
+  // Not include_self: called from constructors, before the module is held by a shared_ptr.
+  for (auto& m : module.modules(/*include_self=*/false)) {
     if (auto* c = m->as<torch::nn::Conv2d>()) {
       torch::nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
       if (c->bias.defined()) c->bias.zero_();

@@ -9,9 +9,7 @@
 #include "tessera/torch.h"
 
 namespace tessera {
-namespace {
-
-// Root's bytes on every rank: the length first (the engine needs equal shapes), then the data.
+// The length first (the engine needs equal shapes everywhere), then the data.
 std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name) {
   torch::Tensor len = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64);
   broadcast_(len, root, name + ".bytes");
@@ -20,8 +18,6 @@ std::string broadcast_bytes(const std::string& bytes, int root, const std::strin
   broadcast_(buf, root, name + ".data");
   return std::string(static_cast<const char*>(buf.data_ptr()), static_cast<size_t>(buf.numel()));
 }
-
-}  // namespace
 
 void broadcast_parameters(torch::nn::Module& module, int root) {
   TESSERA_CHECK(root >= 0 && root < size(), "broadcast_parameters: root ", root,

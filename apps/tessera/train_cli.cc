@@ -1,0 +1,143 @@
+#include "apps/tessera/train_cli.h"
+
+#include <cstdio>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "models/registry.h"
+#include "models/state_dict.h"
+#include "train/checkpoint.h"
+
+namespace tessera {
+namespace app {
+
+CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
+  CLI::App* c = app.add_subcommand("train", "train a model data-parallel (run under mpirun)");
+  c->add_option("--model", o.model,
+                "resnet18, resnet50, deeplabv3plus_resnet18, deeplabv3plus_resnet50")
+      ->capture_default_str();
+  c->add_option("--image-size", o.image_size, "square input side in pixels")->capture_default_str();
+  c->add_option("--data", o.data, "data source: synthetic (coloured shapes on noise)")
+      ->capture_default_str();
+  c->add_option("--train-size", o.train_size, "samples in the synthetic training set")
+      ->capture_default_str();
+  c->add_option("--val-size", o.val_size, "samples in the synthetic validation set")
+      ->capture_default_str();
+  c->add_option("--batch-size", o.batch_size, "samples per rank per step")->capture_default_str();
+  c->add_option("--epochs", o.epochs, "epochs (when --steps is 0)")->capture_default_str();
+  c->add_option("--steps", o.steps, "steps in total (overrides --epochs)")->capture_default_str();
+  c->add_option("--lr", o.lr, "learning rate for a global batch of --lr-base-batch")
+      ->capture_default_str();
+  c->add_option("--lr-base-batch", o.base_batch,
+                "global batch that --lr is given for; the rate scales linearly (Goyal et al.)")
+      ->capture_default_str();
+  c->add_option("--warmup-epochs", o.warmup_epochs,
+                "linear warm-up from the unscaled to the scaled rate")
+      ->capture_default_str();
+  c->add_option("--lr-schedule", o.lr_schedule, "constant, step, cosine or poly")
+      ->capture_default_str();
+  c->add_option("--lr-milestones", o.lr_milestones, "step schedule: epochs where lr *= gamma")
+      ->delimiter(',');
+  c->add_option("--lr-gamma", o.lr_gamma, "step schedule factor")->capture_default_str();
+  c->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  c->add_option("--weight-decay", o.weight_decay, "SGD weight decay")->capture_default_str();
+  c->add_option("--threads", o.threads, "intra-op threads per rank")->capture_default_str();
+  c->add_option("--seed", o.seed, "seed of the weights, the data and its order")
+      ->capture_default_str();
+  c->add_option("--eval-every", o.eval_every, "evaluate every N steps (0: only at the end)")
+      ->capture_default_str();
+  c->add_option("--log-every", o.log_every, "progress line every N steps")->capture_default_str();
+  c->add_option("--metrics", o.metrics, "write JSON lines of the progress and evaluations");
+  c->add_option("--timeline", o.timeline, "Chrome trace of rank 0: steps and collectives");
+  c->add_option("--checkpoint", o.checkpoint, "checkpoint file written at the end");
+  c->add_option("--checkpoint-every", o.checkpoint_every, "also every N steps")
+      ->capture_default_str();
+  c->add_option("--resume", o.resume, "continue from this checkpoint");
+  c->add_option("--init-from", o.init_from,
+                "initial weights: a state_dict from torch.save or tessera export");
+  c->add_flag("--sync-bn", o.sync_bn, "batch statistics over all ranks (SyncBatchNorm)");
+  c->add_option("--output-stride", o.output_stride, "DeepLab-v3+: 16 or 8")->capture_default_str();
+  c->add_option("--backward-passes-per-step", o.backward_passes_per_step,
+                "split each batch into N passes accumulated locally before one allreduce")
+      ->capture_default_str();
+  c->add_option("--groups", o.groups, "reduce the gradients as N grouped allreduces (0: each alone)")
+      ->capture_default_str();
+  c->add_option("--compression", o.compression, "gradients on the wire: none, fp16, bf16")
+      ->capture_default_str();
+  return c;
+}
+
+CLI::App* add_export_command(CLI::App& app, ExportOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "export", "write a model's weights as a state_dict that Python's torch.load reads");
+  c->add_option("--model", o.model, "the architecture")->capture_default_str();
+  c->add_option("--num-classes", o.num_classes, "classes (default 1000, or 21 for DeepLab)");
+  c->add_option("--checkpoint", o.checkpoint, "take the weights from this tessera checkpoint");
+  c->add_option("--init-from", o.init_from, "or from this torch.save'd state_dict");
+  c->add_option("--output,-o", o.output, "where to write the state_dict")->required();
+  return c;
+}
+
+int run_export(const ExportOptions& o) {
+  if (rank() != 0) return 0;
+  TESSERA_CHECK(o.checkpoint.empty() || o.init_from.empty(),
+                "give --checkpoint or --init-from, not both");
+  const models::Task task = models::task_of(o.model);
+  models::ModelSpec spec;
+  spec.name = o.model;
+  spec.num_classes = o.num_classes > 0
+                         ? o.num_classes
+                         : (task == models::Task::kClassification ? 1000 : 21);
+  std::string bytes;
+  if (!o.checkpoint.empty()) {
+    std::vector<char> b = read_file(o.checkpoint);
+    bytes.assign(b.begin(), b.end());
+  }
+  if (!o.checkpoint.empty() && o.num_classes == 0) {
+    // Take the number of classes from the checkpoint itself.
+    torch::serialize::InputArchive a;
+    std::istringstream is(bytes);
+    try {
+      a.load_from(is);
+      c10::IValue v;
+      if (a.try_read("num_classes", v)) spec.num_classes = v.toInt();
+    } catch (const c10::Error& e) {
+      throw InvalidArgument("checkpoint '" + o.checkpoint + "' is truncated or damaged (" +
+                            e.what_without_backtrace() + ")");
+    }
+  }
+  models::Model model = models::make_model(spec);
+  if (!o.checkpoint.empty()) {
+    torch::optim::SGD sgd(model.module().parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    train::CheckpointMeta expect;
+    expect.model = o.model;
+    expect.num_classes = spec.num_classes;
+    train::restore_checkpoint(bytes, o.checkpoint, expect, model.module(), sgd);
+  } else if (!o.init_from.empty()) {
+    models::load_state_dict(model.module(), models::read_state_dict(o.init_from), o.init_from);
+  }
+  const models::StateDict sd = models::state_dict(model.module());
+  models::write_state_dict(sd, o.output);
+  std::printf("wrote %zu tensors of %s (%lld classes) to %s\n", sd.size(), o.model.c_str(),
+              static_cast<long long>(spec.num_classes), o.output.c_str());
+  return 0;
+}
+
+void add_train_bench_options(CLI::App& bench, train::TrainBenchOptions& o) {
+  bench.add_option("--model", o.model, "bench train: the model")->capture_default_str();
+  bench.add_option("--batch-size", o.batch_size, "bench train: samples per rank")
+      ->capture_default_str();
+  bench.add_option("--image-size", o.image_size, "bench train: input side")->capture_default_str();
+  bench.add_option("--batches-per-iter", o.batches_per_iter, "bench train: batches per iteration")
+      ->capture_default_str();
+  bench.add_option("--threads", o.threads, "bench train: intra-op threads per rank")
+      ->capture_default_str();
+  bench.add_option("--num-classes", o.num_classes, "bench train: classes (0: 1000 or 21)");
+  bench.add_option("--compression", o.compression, "bench train: none, fp16, bf16")
+      ->capture_default_str();
+  bench.add_option("--groups", o.groups, "bench train: grouped allreduces (0: none)")
+      ->capture_default_str();
+}
+
+}  // namespace app
+}  // namespace tessera

@@ -1,0 +1,117 @@
+#include "train/benchmark.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/knobs.h"
+#include "models/registry.h"
+#include "tessera/torch.h"
+#include "torch/memory_policy.h"
+
+namespace tessera {
+namespace train {
+
+TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
+  const models::Task task = models::task_of(o.model);
+  TESSERA_CHECK(o.batch_size > 0, "--batch-size must be > 0, got ", o.batch_size);
+  TESSERA_CHECK(o.image_size >= 32, "--image-size must be >= 32, got ", o.image_size);
+  TESSERA_CHECK(o.iters > 0 && o.batches_per_iter > 0 && o.warmup >= 0,
+                "--iters and --batches-per-iter must be > 0, --warmup >= 0");
+  TESSERA_CHECK(o.threads >= 1, "--threads must be >= 1");
+  at::set_num_threads(o.threads);
+  torch::manual_seed(0);
+  models::ModelSpec spec;
+  spec.name = o.model;
+  spec.num_classes = o.num_classes > 0 ? o.num_classes
+                                       : (task == models::Task::kClassification ? 1000 : 21);
+  models::Model model = models::make_model(spec);
+  model.module().train();
+  broadcast_parameters(model.module(), 0);
+  torch::optim::SGD sgd(model.module().parameters(), torch::optim::SGDOptions(0.01));
+  DistributedOptions d;
+  d.compression = parse_compression(o.compression);
+  d.groups = o.groups;
+  DistributedOptimizer opt(sgd, model.module().named_parameters(), d);
+
+  // Fixed random data, as Horovod's benchmark uses: this measures the model and the engine.
+  torch::Tensor x = torch::randn({o.batch_size, 3, o.image_size, o.image_size});
+  torch::Tensor y = task == models::Task::kClassification
+                        ? torch::randint(spec.num_classes, {o.batch_size}, torch::kLong)
+                        : torch::randint(spec.num_classes, {o.batch_size, o.image_size,
+                                                            o.image_size}, torch::kLong);
+  auto one_batch = [&] {
+    opt.zero_grad();
+    torch::nn::functional::cross_entropy(model.forward(x), y).backward();
+    opt.step();
+  };
+  const bool root = rank() == 0;
+  if (root) {
+    std::printf("Model: %s\nBatch size: %lld\nImage size: %lld\nNumber of ranks: %d\n"
+                "Threads per rank: %d\nMemory policy: %s\n",
+                o.model.c_str(), static_cast<long long>(o.batch_size),
+                static_cast<long long>(o.image_size), size(), o.threads,
+                knobs().malloc_policy.c_str());
+    std::printf("Running warmup...\n");
+    std::fflush(stdout);
+  }
+  for (int i = 0; i < o.warmup; ++i) one_batch();
+  if (root) std::printf("Running benchmark...\n");
+  std::vector<double> rates;
+  const long faults0 = detail::minor_page_faults();
+  for (int it = 0; it < o.iters; ++it) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int b = 0; b < o.batches_per_iter; ++b) one_batch();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(static_cast<double>(o.batch_size * o.batches_per_iter) / s);
+    if (root) {
+      std::printf("Iter #%d: %.2f img/sec per rank\n", it, rates.back());
+      std::fflush(stdout);
+    }
+  }
+  TrainBenchResult r;
+  r.minor_faults_per_batch = static_cast<double>(detail::minor_page_faults() - faults0) /
+                             static_cast<double>(o.iters * o.batches_per_iter);
+  double mean = 0, var = 0;
+  for (double v : rates) mean += v;
+  mean /= static_cast<double>(rates.size());
+  for (double v : rates) var += (v - mean) * (v - mean);
+  const double sd = std::sqrt(var / static_cast<double>(rates.size()));
+  // Rank 0's figures, as Horovod's benchmark reports (every rank runs the same steps, since
+  // each step waits for every rank's gradients).
+  r.per_rank_mean = mean;
+  r.per_rank_ci = 1.96 * sd;
+  r.total_mean = mean * size();
+  r.total_ci = r.per_rank_ci * size();
+  if (root) {
+    std::printf("Img/sec per rank: %.2f +-%.2f\n", r.per_rank_mean, r.per_rank_ci);
+    std::printf("Total img/sec on %d rank(s): %.2f +-%.2f\n", size(), r.total_mean, r.total_ci);
+    std::printf("Minor page faults per batch (rank 0): %.0f\n", r.minor_faults_per_batch);
+    if (!o.json.empty()) {
+      std::ofstream f(o.json);
+      TESSERA_CHECK(f.good(), "--json: cannot write '", o.json, "'");
+      f << nlohmann::json{{"model", o.model},
+                          {"batch_size", o.batch_size},
+                          {"image_size", o.image_size},
+                          {"ranks", size()},
+                          {"threads", o.threads},
+                          {"malloc_policy", knobs().malloc_policy},
+                          {"per_rank", rates},
+                          {"per_rank_mean", r.per_rank_mean},
+                          {"total_mean", r.total_mean},
+                          {"total_ci", r.total_ci},
+                          {"minor_faults_per_batch", r.minor_faults_per_batch}}
+               .dump(1)
+        << "\n";
+    }
+  }
+  return r;
+}
+
+}  // namespace train
+}  // namespace tessera

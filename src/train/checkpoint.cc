@@ -1,0 +1,91 @@
+#include "train/checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <mutex>
+#include <sstream>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+
+namespace tessera {
+namespace train {
+namespace {
+
+constexpr const char* kFormat = "tessera-checkpoint-1";
+
+}  // namespace
+
+std::string encode_checkpoint(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+                              const CheckpointMeta& meta) {
+  torch::serialize::OutputArchive archive, model, optim;
+  module.save(model);
+  optimizer.save(optim);
+  archive.write("format", c10::IValue(std::string(kFormat)));
+  archive.write("model_name", c10::IValue(meta.model));
+  archive.write("num_classes", c10::IValue(meta.num_classes));
+  archive.write("image_size", c10::IValue(meta.image_size));
+  archive.write("step", c10::IValue(meta.step));
+  archive.write("epoch", c10::IValue(meta.epoch));
+  archive.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
+  archive.write("model", model);
+  archive.write("optimizer", optim);
+  std::ostringstream os;
+  archive.save_to(os);
+  return os.str();
+}
+
+void write_checkpoint(const std::string& path, torch::nn::Module& module,
+                      torch::optim::Optimizer& optimizer, const CheckpointMeta& meta) {
+  const std::string bytes = encode_checkpoint(module, optimizer, meta);
+  write_file_atomically(path, bytes.data(), bytes.size());
+}
+
+CheckpointMeta restore_checkpoint(const std::string& bytes, const std::string& source,
+                                  const CheckpointMeta& expect, torch::nn::Module& module,
+                                  torch::optim::Optimizer& optimizer) {
+  torch::serialize::InputArchive archive;
+  CheckpointMeta meta;
+  c10::IValue v;
+  torch::Tensor rng;
+  torch::serialize::InputArchive model, optim;
+  try {
+    std::istringstream is(bytes);
+    archive.load_from(is);
+    TESSERA_CHECK(archive.try_read("format", v) && v.isString() && v.toStringRef() == kFormat,
+                  "checkpoint '", source, "' is not a tessera checkpoint (", kFormat, ")");
+    archive.read("model_name", v);
+    meta.model = v.toStringRef();
+    archive.read("num_classes", v);
+    meta.num_classes = v.toInt();
+    archive.read("image_size", v);
+    meta.image_size = v.toInt();
+    archive.read("step", v);
+    meta.step = v.toInt();
+    archive.read("epoch", v);
+    meta.epoch = v.toInt();
+    archive.read("rng_cpu", rng);
+    archive.read("model", model);
+    archive.read("optimizer", optim);
+  } catch (const c10::Error& e) {
+    throw InvalidArgument("checkpoint '" + source + "' is truncated or damaged (" +
+                          e.what_without_backtrace() + "); it was not loaded");
+  }
+  TESSERA_CHECK(meta.model == expect.model && meta.num_classes == expect.num_classes,
+                "checkpoint '", source, "' holds ", meta.model, " with ", meta.num_classes,
+                " classes, but this run trains ", expect.model, " with ", expect.num_classes);
+  try {
+    module.load(model);
+    optimizer.load(optim);
+  } catch (const c10::Error& e) {
+    throw InvalidArgument("checkpoint '" + source + "' does not fit the model: " +
+                          e.what_without_backtrace());
+  }
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(rng);
+  return meta;
+}
+
+}  // namespace train
+}  // namespace tessera

@@ -1,0 +1,35 @@
+// Learning-rate schedules (pure). The linear scaling rule and gradual warm-up follow Goyal et
+// al. (2017): the rate given for a reference global batch is scaled by global batch /
+// reference batch; during warm-up it rises linearly from the unscaled rate to the scaled one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera {
+namespace train {
+
+enum class ScheduleKind { kConstant, kStep, kCosine, kPoly };
+// "constant", "step", "cosine", "poly"; throws InvalidArgument listing them.
+ScheduleKind parse_schedule(const std::string& name);
+
+struct LrSchedule {
+  double base_lr = 0.1;         // for a global batch of base_batch
+  int64_t base_batch = 256;     // Goyal et al.'s reference
+  int64_t global_batch = 256;   // ranks x per-rank batch
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 1;
+  ScheduleKind kind = ScheduleKind::kConstant;
+  std::vector<int64_t> milestones;  // step: multiply by gamma at each of these steps
+  double gamma = 0.1;
+  double power = 0.9;  // poly: (1 - t / T) ^ power (DeepLab)
+
+  // The scaled peak rate: base_lr * global_batch / base_batch.
+  double peak() const;
+  // The rate for `step` (0-based).
+  double at(int64_t step) const;
+};
+
+}  // namespace train
+}  // namespace tessera

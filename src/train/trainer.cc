@@ -1,0 +1,327 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "data/sampler.h"
+#include "data/synthetic_shapes.h"
+#include "engine/engine.h"
+#include "models/registry.h"
+#include "models/state_dict.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+#include "train/schedule.h"
+
+namespace tessera {
+namespace train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string format_eta(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  }
+  return buf;
+}
+
+void validate(const TrainOptions& o) {
+  models::task_of(o.model);  // throws for an unknown model, listing the accepted ones
+  TESSERA_CHECK(o.data == "synthetic", "--data '", o.data,
+                "' is not available yet; accepted: synthetic");
+  TESSERA_CHECK(o.batch_size > 0, "--batch-size must be > 0, got ", o.batch_size);
+  TESSERA_CHECK(o.image_size >= 16, "--image-size must be >= 16, got ", o.image_size);
+  TESSERA_CHECK(o.steps > 0 || o.epochs > 0, "give --steps or --epochs (> 0)");
+  TESSERA_CHECK(o.steps >= 0 && o.epochs >= 0, "--steps and --epochs must be >= 0");
+  TESSERA_CHECK(o.lr > 0, "--lr must be > 0, got ", o.lr);
+  TESSERA_CHECK(o.base_batch > 0, "--lr-base-batch must be > 0");
+  TESSERA_CHECK(o.threads >= 1, "--threads must be >= 1, got ", o.threads);
+  TESSERA_CHECK(o.log_every >= 1, "--log-every must be >= 1");
+  TESSERA_CHECK(o.eval_every >= 0 && o.checkpoint_every >= 0,
+                "--eval-every and --checkpoint-every must be >= 0");
+  TESSERA_CHECK(o.backward_passes_per_step >= 1 && o.batch_size % o.backward_passes_per_step == 0,
+                "--backward-passes-per-step (", o.backward_passes_per_step,
+                ") must divide --batch-size (", o.batch_size, "): each pass takes an equal share");
+  TESSERA_CHECK(o.checkpoint_every == 0 || !o.checkpoint.empty(),
+                "--checkpoint-every needs --checkpoint FILE");
+  parse_schedule(o.lr_schedule);
+  parse_compression(o.compression);
+}
+
+// Runs `work` on rank 0 only and makes its failure every rank's failure (same message), so a
+// bad file on rank 0 never leaves the other ranks waiting. Returns rank 0's result bytes.
+std::string on_root(bool dist, const std::string& name, const std::function<std::string()>& work) {
+  std::string status;
+  if (!dist || rank() == 0) {
+    try {
+      status = "1" + work();
+    } catch (const Error& e) {
+      status = std::string("0") + e.what();
+    }
+  }
+  if (dist) status = broadcast_bytes(status, 0, name);
+  if (status.empty() || status[0] != '1') throw InvalidArgument(status.substr(1));
+  return status.substr(1);
+}
+
+struct Evaluation {
+  double metric = 0;
+  double accuracy = 0;
+};
+
+Evaluation evaluate(const models::Model& model, const data::SyntheticShapes& val, int64_t batch,
+                    int64_t num_classes, bool dist, int me, int world) {
+  torch::NoGradGuard no_grad;
+  model.module().eval();
+  torch::Tensor confusion = torch::zeros({num_classes, num_classes}, torch::kLong);
+  std::vector<int64_t> mine;
+  for (int64_t i = me; i < val.size(); i += world) mine.push_back(i);
+  for (size_t begin = 0; begin < mine.size(); begin += static_cast<size_t>(batch)) {
+    const size_t end = std::min(mine.size(), begin + static_cast<size_t>(batch));
+    data::Batch b = val.get(std::vector<int64_t>(mine.begin() + static_cast<long>(begin),
+                                                 mine.begin() + static_cast<long>(end)));
+    torch::Tensor pred = model.forward(b.images).argmax(1);
+    accumulate_confusion(confusion, pred,
+                         model.task() == models::Task::kClassification ? b.labels : b.masks);
+  }
+  if (dist) allreduce_(confusion, "eval.confusion", ReduceOp::kSum);
+  model.module().train();
+  Evaluation e;
+  e.accuracy = accuracy(confusion);
+  e.metric = model.task() == models::Task::kClassification ? e.accuracy : mean_iou(confusion);
+  return e;
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainOptions& o) {
+  validate(o);
+  const bool dist = !o.local_only;
+  TESSERA_CHECK(!dist || is_initialized(), "run_training needs tessera::init() first");
+  const int world = dist ? size() : 1;
+  const int me = dist ? rank() : 0;
+  const bool root = me == 0;
+  const bool talk = root && !o.quiet;
+  at::set_num_threads(o.threads);
+  torch::manual_seed(o.seed);
+
+  const models::Task task = models::task_of(o.model);
+  const int64_t num_classes = task == models::Task::kClassification
+                                  ? data::SyntheticShapes::kClasses
+                                  : data::SyntheticShapes::kSegmentationClasses;
+  models::ModelSpec spec;
+  spec.name = o.model;
+  spec.num_classes = num_classes;
+  spec.output_stride = o.output_stride;
+  spec.norm.sync = o.sync_bn && dist;
+  models::Model model = models::make_model(spec);
+  torch::nn::Module& net = model.module();
+  net.train();
+
+  if (!o.init_from.empty()) {
+    const std::string report = on_root(dist, "init_from.status", [&] {
+      models::LoadReport r =
+          models::load_state_dict(net, models::read_state_dict(o.init_from), o.init_from);
+      TESSERA_CHECK(!r.loaded.empty(), "--init-from '", o.init_from,
+                    "': no tensor name matches the model ", o.model);
+      return std::to_string(r.loaded.size()) + " tensors loaded, " +
+             std::to_string(r.missing.size()) + " kept as initialised, " +
+             std::to_string(r.unused.size()) + " in the file unused";
+    });
+    if (talk) std::printf("init-from %s: %s\n", o.init_from.c_str(), report.c_str());
+  }
+  if (dist) broadcast_parameters(net, 0);
+
+  torch::optim::SGD sgd(net.parameters(), torch::optim::SGDOptions(o.lr)
+                                              .momentum(o.momentum)
+                                              .weight_decay(o.weight_decay));
+  std::unique_ptr<DistributedOptimizer> dopt;
+  if (dist) {
+    DistributedOptions d;
+    d.backward_passes_per_step = o.backward_passes_per_step;
+    d.groups = o.groups;
+    d.compression = parse_compression(o.compression);
+    dopt = std::make_unique<DistributedOptimizer>(sgd, net.named_parameters(), d);
+  }
+
+  data::SyntheticShapes train_set(o.train_size, o.image_size, o.seed);
+  data::SyntheticShapes val_set(o.val_size, o.image_size, o.seed ^ 0x7e55e7a11ull);
+  data::ShardPlan plan;
+  plan.dataset_size = o.train_size;
+  plan.seed = o.seed;
+  plan.ranks = world;
+  plan.batch = o.batch_size;
+  const int64_t per_epoch = plan.steps_per_epoch();
+  const int64_t total = o.steps > 0 ? o.steps : o.epochs * per_epoch;
+
+  LrSchedule sched;
+  sched.base_lr = o.lr;
+  sched.base_batch = o.base_batch;
+  sched.global_batch = static_cast<int64_t>(world) * o.batch_size;
+  sched.warmup_steps = std::llround(o.warmup_epochs * static_cast<double>(per_epoch));
+  sched.total_steps = total;
+  sched.kind = parse_schedule(o.lr_schedule);
+  sched.gamma = o.lr_gamma;
+  for (double e : o.lr_milestones) {
+    sched.milestones.push_back(std::llround(e * static_cast<double>(per_epoch)));
+  }
+
+  CheckpointMeta meta;
+  meta.model = o.model;
+  meta.num_classes = num_classes;
+  meta.image_size = o.image_size;
+  int64_t start = 0;
+  if (!o.resume.empty()) {
+    const std::string bytes = on_root(dist, "resume.bytes", [&] {
+      std::vector<char> b = read_file(o.resume);
+      return std::string(b.begin(), b.end());
+    });
+    // Every rank restores from the same bytes, so every rank fails alike on a bad file.
+    start = restore_checkpoint(bytes, o.resume, meta, net, sgd).step;
+    TESSERA_CHECK(start <= total, "checkpoint '", o.resume, "' is at step ", start,
+                  ", past this run's ", total, " steps");
+    if (talk) std::printf("resumed from %s at step %lld\n", o.resume.c_str(),
+                          static_cast<long long>(start));
+  }
+
+  std::ofstream metrics;
+  if (root && !o.metrics.empty()) {
+    metrics.open(o.metrics, o.resume.empty() ? std::ios::trunc : std::ios::app);
+    TESSERA_CHECK(metrics.good(), "--metrics: cannot write '", o.metrics, "'");
+  }
+  const bool tracing = dist && root && !o.timeline.empty();
+  if (tracing) global_engine().start_timeline(o.timeline);
+
+  auto save = [&](int64_t steps_done) {
+    if (o.checkpoint.empty()) return;
+    meta.step = steps_done;
+    meta.epoch = steps_done / per_epoch;
+    if (root) write_checkpoint(o.checkpoint, net, sgd, meta);
+  };
+  const std::string metric_name =
+      task == models::Task::kClassification ? "accuracy" : "miou";
+  auto run_eval = [&](int64_t steps_done) {
+    Evaluation e = evaluate(model, val_set, o.batch_size, num_classes, dist, me, world);
+    if (talk) {
+      std::printf("eval  step %lld: %s %.4f (pixel/sample accuracy %.4f)\n",
+                  static_cast<long long>(steps_done), metric_name.c_str(), e.metric, e.accuracy);
+      std::fflush(stdout);
+    }
+    if (metrics.is_open()) {
+      metrics << nlohmann::json{{"type", "eval"},     {"step", steps_done},
+                                {metric_name, e.metric}, {"accuracy", e.accuracy}}
+                     .dump()
+              << "\n"
+              << std::flush;
+    }
+    return e;
+  };
+
+  TrainResult result;
+  const int passes = o.backward_passes_per_step;
+  const int64_t micro = o.batch_size / passes;
+  double interval_loss = 0;
+  int64_t interval_steps = 0;
+  Clock::time_point interval_start = Clock::now();
+  const Clock::time_point run_start = interval_start;
+  for (int64_t step = start; step < total; ++step) {
+    const double lr = sched.at(step);
+    for (auto& group : sgd.param_groups()) {
+      static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+    }
+    const std::vector<int64_t> idx = data::batch_indices(plan, step, me);
+    data::Batch batch = train_set.get(idx);
+    const torch::Tensor& target =
+        task == models::Task::kClassification ? batch.labels : batch.masks;
+    sgd.zero_grad();
+    double step_loss = 0;
+    for (int p = 0; p < passes; ++p) {
+      const Clock::time_point t0 = Clock::now();
+      torch::Tensor x = passes == 1 ? batch.images : batch.images.narrow(0, p * micro, micro);
+      torch::Tensor y = passes == 1 ? target : target.narrow(0, p * micro, micro);
+      torch::Tensor loss = torch::nn::functional::cross_entropy(
+          model.forward(x), y, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255));
+      const Clock::time_point t1 = Clock::now();
+      (passes == 1 ? loss : loss / passes).backward();
+      const Clock::time_point t2 = Clock::now();
+      step_loss += loss.item<double>() / passes;
+      if (tracing) {
+        global_engine().trace("train", "FORWARD", t0, t1);
+        global_engine().trace("train", "BACKWARD", t1, t2);
+      }
+    }
+    const Clock::time_point t3 = Clock::now();
+    if (dopt) {
+      dopt->step();
+    } else {
+      sgd.step();
+    }
+    if (tracing) global_engine().trace("train", "OPTIMIZER_STEP", t3, Clock::now());
+    interval_loss += step_loss;
+    ++interval_steps;
+    const int64_t done = step + 1;
+    if (o.on_step) o.on_step(done, net);
+
+    if (done % o.log_every == 0 || done == total) {
+      torch::Tensor l = torch::tensor({interval_loss / static_cast<double>(interval_steps)},
+                                      torch::kFloat64);
+      if (dist) allreduce_(l, "train.loss", ReduceOp::kAverage);
+      const double secs = seconds_between(interval_start, Clock::now());
+      const double ips = static_cast<double>(interval_steps * world * o.batch_size) / secs;
+      result.final_loss = l.item<double>();
+      result.images_per_second = ips;
+      if (talk) {
+        std::printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.5f  %.1f img/s  ETA %s\n",
+                    static_cast<long long>(done), static_cast<long long>(total),
+                    static_cast<long long>(step / per_epoch), result.final_loss, lr, ips,
+                    format_eta(secs / static_cast<double>(interval_steps) *
+                               static_cast<double>(total - done))
+                        .c_str());
+        std::fflush(stdout);
+      }
+      if (metrics.is_open()) {
+        metrics << nlohmann::json{{"type", "train"}, {"step", done},
+                                  {"epoch", step / per_epoch}, {"loss", result.final_loss},
+                                  {"lr", lr}, {"img_per_s", ips}}
+                       .dump()
+                << "\n"
+                << std::flush;
+      }
+      interval_loss = 0;
+      interval_steps = 0;
+      interval_start = Clock::now();
+    }
+    if (o.eval_every > 0 && done % o.eval_every == 0 && done != total) run_eval(done);
+    if (o.checkpoint_every > 0 && done % o.checkpoint_every == 0 && done != total) save(done);
+  }
+  const Evaluation final_eval = run_eval(total);
+  save(total);
+  if (tracing) global_engine().stop_timeline();
+  result.steps = total;
+  result.metric = final_eval.metric;
+  result.metric_name = metric_name;
+  result.checkpoint = o.checkpoint;
+  if (talk) {
+    std::printf("done: %lld steps in %.1f s, %s %.4f%s%s\n", static_cast<long long>(total),
+                seconds_between(run_start, Clock::now()), metric_name.c_str(), final_eval.metric,
+                o.checkpoint.empty() ? "" : ", checkpoint ", o.checkpoint.c_str());
+  }
+  return result;
+}
+
+}  // namespace train
+}  // namespace tessera

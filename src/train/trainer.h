@@ -1,0 +1,68 @@
+// `tessera train`: the data-parallel training loop over the engine (run under mpirun; one rank
+// per process). Every rank builds the same model from the seed, takes rank 0's weights, trains
+// on its shard of each global batch with a DistributedOptimizer, and evaluates on its shard of
+// the validation set; rank 0 prints progress, writes the metrics and the checkpoints.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tessera/torch.h"
+
+namespace tessera {
+namespace train {
+
+struct TrainOptions {
+  std::string model = "deeplabv3plus_resnet18";
+  int64_t image_size = 64;
+  std::string data = "synthetic";
+  int64_t train_size = 1024;  // samples of the synthetic training set
+  int64_t val_size = 128;     // samples of the synthetic validation set
+  int64_t batch_size = 8;     // per rank
+  int64_t epochs = 1;         // used when steps == 0
+  int64_t steps = 0;
+  double lr = 0.1;            // for a global batch of base_batch (linear scaling rule)
+  int64_t base_batch = 256;
+  double warmup_epochs = 0;   // gradual warm-up (Goyal et al.)
+  std::string lr_schedule = "cosine";
+  std::vector<double> lr_milestones;  // step schedule, in epochs
+  double lr_gamma = 0.1;
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  int threads = 1;            // intra-op threads per rank
+  uint64_t seed = 42;
+  int64_t eval_every = 0;     // steps; 0: only at the end
+  int64_t log_every = 10;
+  std::string metrics;        // JSON lines (rank 0)
+  std::string timeline;       // Chrome trace (rank 0's engine, with FORWARD/BACKWARD spans)
+  std::string checkpoint;     // written at the end and every checkpoint_every steps
+  int64_t checkpoint_every = 0;
+  std::string resume;         // a checkpoint to continue from
+  std::string init_from;      // weights from torch.save(model.state_dict()) or tessera export
+  bool sync_bn = false;
+  int output_stride = 16;
+  int backward_passes_per_step = 1;
+  int groups = 0;
+  std::string compression = "none";
+  bool quiet = false;         // no progress lines (tests)
+  // Train without any collective, as a single process would (the equivalence test's reference).
+  bool local_only = false;
+  // Called after each step with the number of steps done and the model (tests).
+  std::function<void(int64_t, torch::nn::Module&)> on_step;
+};
+
+struct TrainResult {
+  int64_t steps = 0;       // steps completed in total (including before a resume)
+  double final_loss = 0;   // mean over ranks of the last logged interval
+  double metric = 0;       // accuracy (classification) or mean IoU (segmentation)
+  std::string metric_name;
+  std::string checkpoint;  // path written last, if any
+  double images_per_second = 0;
+};
+
+// Checks the options (InvalidArgument naming the flag), then trains. Collective.
+TrainResult run_training(const TrainOptions& options);
+
+}  // namespace train
+}  // namespace tessera
