@@ -13,8 +13,9 @@ PACKAGES=(
   libtorch-dev libopenblas0-openmp
   # tests, benchmarks, JSON and the command line
   googletest libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
-  # python reference (PyTorch DDP over gloo) for side-by-side benchmarks
-  python3 python3-torch
+  # python reference (PyTorch DDP over gloo) for side-by-side benchmarks; torchvision checks
+  # that weights interchange with its ResNets
+  python3 python3-torch python3-torchvision
 )
 
 missing=()

@@ -39,7 +39,8 @@ class Engine;
 // memory policy (TESSERA_MALLOC_POLICY, docs/training.md) and starts the engine. Collective
 // over MPI_COMM_WORLD. A second call does nothing.
 void init();
-// Stops the engine (agreed with the other ranks) and finalises MPI if init() initialised it.
+// Stops the engine (agreed with the other ranks) and finalises MPI if init() initialised it
+// (MPI initialised by the application before init() is left to it).
 // Never throws; safe to call twice or without init().
 void shutdown();
 bool is_initialized();

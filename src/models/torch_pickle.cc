@@ -245,6 +245,8 @@ class Reader {
       ValuePtr v = make(Value::Kind::kTensor);
       v->tensor = typed.as_strided(sizes, strides, a[1]->i).clone();
       push(v);
+    } else if (fn->s == "torch.jit._pickle.restore_type_tag" && !a.empty()) {
+      push(a[0]);  // libtorch's pickle_save tags typed containers: the value is the first arg
     } else if (fn->s == "torch._utils._rebuild_parameter" && !a.empty() &&
                a[0]->kind == Value::Kind::kTensor) {
       push(a[0]);

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "tessera/torch.h"
+#include "torch/optimizer_state.h"
 
 namespace tessera {
 // The length first (the engine needs equal shapes everywhere), then the data.
@@ -41,7 +42,7 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root) {
   std::string bytes;
   if (rank() == root) {
     torch::serialize::OutputArchive archive;
-    optimizer.save(archive);
+    detail::save_optimizer(optimizer, archive);
     std::ostringstream os;
     archive.save_to(os);
     bytes = os.str();
@@ -51,7 +52,7 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root) {
     torch::serialize::InputArchive archive;
     std::istringstream is(bytes);
     archive.load_from(is);
-    optimizer.load(archive);
+    detail::load_optimizer(optimizer, archive);
   }
 }
 

@@ -16,6 +16,7 @@ namespace {
 
 std::mutex g_mu;
 std::unique_ptr<Context> g_context;
+bool g_owns_mpi = false;  // init() initialised MPI, so shutdown() finalises it
 
 }  // namespace
 
@@ -38,6 +39,7 @@ std::string auto_name(const char* kind) {
 void init() {
   std::lock_guard<std::mutex> lock(detail::g_mu);
   if (detail::g_context) return;
+  detail::g_owns_mpi = !comm::is_initialized();
   comm::init(nullptr, nullptr);
   const std::string policy =
       detail::apply_malloc_policy(detail::parse_malloc_policy(knobs().malloc_policy));
@@ -55,7 +57,9 @@ void shutdown() {
     ctx = std::move(detail::g_context);
   }
   ctx.reset();  // the engine's destructor agrees on shutdown with the other ranks
-  comm::finalize();
+  // MPI initialised by someone else (the application, a test main) stays theirs to finalise.
+  if (detail::g_owns_mpi) comm::finalize();
+  detail::g_owns_mpi = false;
 }
 
 bool is_initialized() {

@@ -7,6 +7,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "torch/optimizer_state.h"
 
 namespace tessera {
 namespace train {
@@ -20,7 +21,7 @@ std::string encode_checkpoint(torch::nn::Module& module, torch::optim::Optimizer
                               const CheckpointMeta& meta) {
   torch::serialize::OutputArchive archive, model, optim;
   module.save(model);
-  optimizer.save(optim);
+  detail::save_optimizer(optimizer, optim);
   archive.write("format", c10::IValue(std::string(kFormat)));
   archive.write("model_name", c10::IValue(meta.model));
   archive.write("num_classes", c10::IValue(meta.num_classes));
@@ -76,7 +77,7 @@ CheckpointMeta restore_checkpoint(const std::string& bytes, const std::string& s
                 " classes, but this run trains ", expect.model, " with ", expect.num_classes);
   try {
     module.load(model);
-    optimizer.load(optim);
+    detail::load_optimizer(optimizer, optim);
   } catch (const c10::Error& e) {
     throw InvalidArgument("checkpoint '" + source + "' does not fit the model: " +
                           e.what_without_backtrace());

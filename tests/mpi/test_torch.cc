@@ -1,0 +1,309 @@
+// The libtorch API under mpirun: tensor collectives against closed forms, parameter and
+// optimizer broadcast, the DistributedOptimizer (average, accumulation, groups, compression,
+// unused parameters, the too-many-passes error) and SyncBatchNorm against single-process
+// BatchNorm on the concatenated batch.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "engine/engine.h"
+#include "tessera/torch.h"
+
+namespace tessera {
+namespace {
+
+// The engine stops after the last test, while MPI is still up (the gtest main finalises it).
+class ShutdownAtEnd : public ::testing::Environment {
+ public:
+  void TearDown() override { shutdown(); }
+};
+const auto* const kShutdown = ::testing::AddGlobalTestEnvironment(new ShutdownAtEnd);
+
+// tessera::init() once for the whole binary (the gtest main initialised MPI already).
+class TorchTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { init(); }
+  int r() const { return rank(); }
+  int n() const { return size(); }
+};
+
+const std::vector<torch::ScalarType> kTypes = {torch::kFloat, torch::kDouble, torch::kHalf,
+                                               torch::kBFloat16, torch::kInt, torch::kLong,
+                                               torch::kByte};
+
+TEST_F(TorchTest, AllreduceEveryDtypeAgainstClosedForm) {
+  for (torch::ScalarType t : kTypes) {
+    // Element i on rank r is (r + 1) + (i % 5): the sum over ranks is n(n+1)/2 + n (i % 5).
+    torch::Tensor x = (torch::arange(7) % 5 + (r() + 1)).to(t).reshape({7, 1});
+    torch::Tensor expect = (torch::arange(7) % 5 * n() + n() * (n() + 1) / 2).reshape({7, 1});
+    torch::Tensor s = allreduce(x, std::string("sum.") + c10::toString(t), ReduceOp::kSum);
+    EXPECT_EQ(s.scalar_type(), t);
+    EXPECT_TRUE(torch::equal(s.to(torch::kLong), expect)) << c10::toString(t);
+    if (torch::isFloatingType(t)) {
+      torch::Tensor a = allreduce(x, std::string("avg.") + c10::toString(t));
+      EXPECT_TRUE(torch::allclose(a.to(torch::kDouble), expect.to(torch::kDouble) / n(), 1e-2))
+          << c10::toString(t);
+    }
+  }
+}
+
+TEST_F(TorchTest, InPlaceAsyncNonContiguousAndScaled) {
+  torch::Tensor base = torch::arange(12, torch::kFloat).reshape({3, 4}) * (r() + 1);
+  torch::Tensor t = base.t();  // not contiguous: reduced through a copy, written back
+  ASSERT_FALSE(t.is_contiguous());
+  TensorHandle h = allreduce_async_(t, "inplace.t", ReduceOp::kSum);
+  synchronize(h);
+  const double k = n() * (n() + 1) / 2.0;
+  EXPECT_TRUE(torch::equal(t, torch::arange(12, torch::kFloat).reshape({3, 4}).t() * k));
+  torch::Tensor y = allreduce(torch::ones({5}), "scaled", ReduceOp::kSum, 2.0, 0.5);
+  EXPECT_TRUE(torch::equal(y, torch::full({5}, static_cast<float>(n()))));
+}
+
+TEST_F(TorchTest, GroupedAllreduce) {
+  std::vector<torch::Tensor> ts = {torch::full({3}, r() + 1.0), torch::full({2, 2}, 2.0 * r()),
+                                   torch::full({1}, 1.0)};
+  auto out = grouped_allreduce(ts, "grouped", ReduceOp::kSum);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_TRUE(torch::equal(out[0], torch::full({3}, n() * (n() + 1) / 2.0)));
+  EXPECT_TRUE(torch::equal(out[1], torch::full({2, 2}, 1.0 * n() * (n() - 1))));
+  EXPECT_TRUE(torch::equal(out[2], torch::full({1}, 1.0 * n())));
+}
+
+TEST_F(TorchTest, AllgatherUnevenFirstDimension) {
+  // Rank r contributes r + 1 rows filled with r.
+  torch::Tensor x = torch::full({r() + 1, 2}, static_cast<double>(r()), torch::kDouble);
+  torch::Tensor g = allgather(x, "gather");
+  ASSERT_EQ(g.size(0), n() * (n() + 1) / 2);
+  int64_t row = 0;
+  for (int k = 0; k < n(); ++k) {
+    for (int j = 0; j <= k; ++j, ++row) {
+      EXPECT_EQ(g[row][0].item<double>(), k);
+      EXPECT_EQ(g[row][1].item<double>(), k);
+    }
+  }
+}
+
+TEST_F(TorchTest, BroadcastAndAlltoall) {
+  const int root = n() - 1;
+  torch::Tensor x = torch::full({4}, static_cast<int64_t>(r() * 10), torch::kLong);
+  EXPECT_TRUE(torch::equal(broadcast(x, root, "bcast"), torch::full({4}, int64_t{root * 10})));
+  EXPECT_EQ(x[0].item<int64_t>(), r() * 10);  // out of place
+  broadcast_(x, 0, "bcast_");
+  EXPECT_TRUE(torch::equal(x, torch::zeros({4}, torch::kLong)));
+  // Block j of rank r holds 100 r + j; rank r receives block r of every rank k: 100 k + r.
+  torch::Tensor a = (torch::arange(n()) + 100 * r()).to(torch::kInt).reshape({n(), 1});
+  torch::Tensor b = alltoall(a, "a2a");
+  for (int k = 0; k < n(); ++k) EXPECT_EQ(b[k][0].item<int>(), 100 * k + r());
+}
+
+TEST_F(TorchTest, BadInputAndDisagreementAreErrorsOnEveryRank) {
+  try {
+    allreduce(torch::ones({2}, torch::kBool), "bool");
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("accepted: float32"), std::string::npos);
+  }
+  if (n() < 2) return;
+  // Rank 0 sends 3 elements, the others 4: every rank fails naming the tensor.
+  try {
+    allreduce(torch::ones({r() == 0 ? 3 : 4}), "disagree");
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'disagree'"), std::string::npos) << m;
+    EXPECT_NE(m.find("shape"), std::string::npos) << m;
+  }
+}
+
+TEST_F(TorchTest, BroadcastParametersAndOptimizerState) {
+  torch::manual_seed(100 + r());  // every rank starts elsewhere
+  torch::nn::Sequential net(torch::nn::Linear(4, 3), torch::nn::BatchNorm1d(3));
+  net->train();
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  if (r() == 0) {  // only the root has momentum buffers and a changed rate
+    net->forward(torch::randn({5, 4})).sum().backward();
+    sgd.step();
+    static_cast<torch::optim::SGDOptions&>(sgd.param_groups()[0].options()).lr(0.25);
+  }
+  broadcast_parameters(*net, 0);
+  broadcast_optimizer_state(sgd, 0);
+  for (const auto& kv : net->named_parameters()) {
+    torch::Tensor all = allgather(kv.value().detach().unsqueeze(0), "check." + kv.key());
+    for (int k = 1; k < n(); ++k) EXPECT_TRUE(torch::equal(all[k], all[0])) << kv.key();
+  }
+  for (const auto& kv : net->named_buffers()) {
+    torch::Tensor all = allgather(kv.value().unsqueeze(0).to(torch::kDouble), "checkb." + kv.key());
+    for (int k = 1; k < n(); ++k) EXPECT_TRUE(torch::equal(all[k], all[0])) << kv.key();
+  }
+  EXPECT_DOUBLE_EQ(
+      static_cast<torch::optim::SGDOptions&>(sgd.param_groups()[0].options()).lr(), 0.25);
+  // The next step moves every replica identically (momentum buffers came along).
+  torch::manual_seed(7);
+  net->zero_grad();
+  net->forward(torch::randn({5, 4})).sum().backward();
+  sgd.step();
+  torch::Tensor w = net->named_parameters()["0.weight"].detach().unsqueeze(0);
+  torch::Tensor all = allgather(w, "check.after");
+  for (int k = 1; k < n(); ++k) EXPECT_TRUE(torch::equal(all[k], all[0]));
+}
+
+// A linear model y = x W^T; rank r's data is a fixed function of r, so the test can compute
+// every rank's gradient itself and compare the DistributedOptimizer's result to the average.
+struct Linear {
+  torch::nn::Linear fc{nullptr};
+  torch::nn::Linear unused{nullptr};
+  torch::nn::Sequential net{nullptr};
+  Linear() {
+    torch::manual_seed(3);
+    fc = torch::nn::Linear(torch::nn::LinearOptions(6, 2).bias(true));
+    unused = torch::nn::Linear(2, 2);  // never in the forward
+    net = torch::nn::Sequential();
+    net->push_back("fc", fc);
+    net->push_back("unused", unused);
+  }
+  static torch::Tensor data(int rank, int pass) {
+    return torch::arange(24, torch::kFloat).reshape({4, 6}) / 10 + rank + 0.5 * pass;
+  }
+  torch::Tensor loss(const torch::Tensor& x) { return (fc->forward(x) * fc->forward(x)).sum(); }
+  // The gradient of fc.weight that one rank computes over `passes` passes.
+  torch::Tensor local_grad(int rank, int passes) {
+    torch::Tensor g = torch::zeros_like(fc->weight);
+    for (int p = 0; p < passes; ++p) {
+      fc->zero_grad();
+      loss(data(rank, p)).backward();
+      g += fc->weight.grad();
+    }
+    fc->zero_grad();
+    return g;
+  }
+};
+
+TEST_F(TorchTest, DistributedOptimizerAveragesAccumulatesAndGroups) {
+  for (int passes : {1, 2}) {
+    for (int groups : {0, 1, 2}) {
+      for (Compression c : {Compression::kNone, Compression::kFloat16}) {
+        Linear m;
+        torch::Tensor expect = torch::zeros_like(m.fc->weight);
+        for (int k = 0; k < n(); ++k) expect += m.local_grad(k, passes);
+        expect /= n();
+        torch::optim::SGD sgd(m.net->parameters(), torch::optim::SGDOptions(1.0));
+        DistributedOptions o;
+        o.backward_passes_per_step = passes;
+        o.groups = groups;
+        o.compression = c;
+        DistributedOptimizer opt(sgd, m.net->named_parameters(), o);
+        const torch::Tensor before = m.fc->weight.detach().clone();
+        opt.zero_grad();
+        for (int p = 0; p < passes; ++p) m.loss(Linear::data(r(), p)).backward();
+        opt.synchronize();
+        const double tol = c == Compression::kNone ? 1e-6 : 2e-3;
+        EXPECT_TRUE(torch::allclose(m.fc->weight.grad(), expect, tol, tol))
+            << "passes " << passes << " groups " << groups;
+        // The unused layer got zeros (reduced like the rest, so no rank waits for it).
+        EXPECT_TRUE(torch::equal(m.unused->weight.grad(), torch::zeros_like(m.unused->weight)));
+        sgd.step();
+        EXPECT_TRUE(torch::allclose(m.fc->weight.detach(), before - m.fc->weight.grad(), 1e-6));
+      }
+    }
+  }
+}
+
+TEST_F(TorchTest, MoreBackwardPassesThanDeclaredIsAClearError) {
+  Linear m;
+  torch::optim::SGD sgd(m.net->parameters(), torch::optim::SGDOptions(0.1));
+  DistributedOptions o;
+  o.backward_passes_per_step = 1;
+  DistributedOptimizer opt(sgd, m.net->named_parameters(), o);
+  m.loss(Linear::data(r(), 0)).backward();
+  try {
+    m.loss(Linear::data(r(), 1)).backward();
+    FAIL() << "a second backward before step() must fail";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("backward_passes_per_step is 1"), std::string::npos)
+        << e.what();
+  }
+  opt.synchronize();  // what was enqueued completes; the optimizer stays usable
+  opt.zero_grad();
+  m.loss(Linear::data(r(), 0)).backward();
+  opt.step();
+}
+
+TEST_F(TorchTest, GradientHooksFireDuringBackward) {
+  // The last layer's gradient allreduce must run while backward is still going: the hook on
+  // the input's gradient (computed after every parameter gradient of "last") blocks backward
+  // until the engine has completed a tensor. Were allreduces enqueued only at step(), nothing
+  // would complete and the wait would run out.
+  torch::manual_seed(1);
+  torch::nn::Linear first(8, 8), last(8, 2);
+  torch::nn::Sequential net;
+  net->push_back("first", first);
+  net->push_back("last", last);
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
+  DistributedOptions o;
+  o.prefix = "overlap.";
+  DistributedOptimizer opt(sgd, net->named_parameters(), o);
+  torch::Tensor hidden;
+  const uint64_t before = global_engine().stats().tensors_done;
+  bool completed_during_backward = false;
+  torch::Tensor x = torch::randn({4, 8});
+  hidden = torch::relu(first->forward(x));
+  hidden.register_hook([&](torch::Tensor g) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (global_engine().stats().tensors_done > before) {
+        completed_during_backward = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return g;
+  });
+  last->forward(hidden).sum().backward();
+  EXPECT_TRUE(completed_during_backward);
+  opt.step();
+}
+
+TEST_F(TorchTest, SyncBatchNormMatchesBatchNormOnTheConcatenatedBatch) {
+  // Rank r holds r + 1 samples (unequal local batches); the reference concatenates them all.
+  const int64_t c = 3;
+  torch::manual_seed(11);
+  std::vector<torch::Tensor> parts;
+  for (int k = 0; k < n(); ++k) parts.push_back(torch::randn({k + 1, c, 4, 5}, torch::kDouble));
+  torch::Tensor cotangent_all = torch::randn({n() * (n() + 1) / 2, c, 4, 5}, torch::kDouble);
+  torch::Tensor full = torch::cat(parts).set_requires_grad(true);
+  torch::Tensor w_ref = torch::tensor({1.5, 0.5, -1.0}, torch::kDouble).set_requires_grad(true);
+  torch::Tensor b_ref = torch::tensor({0.1, 0.2, 0.3}, torch::kDouble).set_requires_grad(true);
+  torch::Tensor rm = torch::zeros({c}, torch::kDouble), rv = torch::ones({c}, torch::kDouble);
+  torch::Tensor y_ref = torch::batch_norm(full, w_ref, b_ref, rm, rv, true, 0.1, 1e-5, false);
+  (y_ref * cotangent_all).sum().backward();
+
+  const int64_t offset = r() * (r() + 1) / 2, mine = r() + 1;
+  BatchNormOptions opts;
+  opts.num_features = c;
+  opts.sync = true;
+  opts.name = "test.syncbn";
+  BatchNorm2d bn(opts);
+  bn->to(torch::kDouble);
+  {
+    torch::NoGradGuard g;
+    bn->weight.copy_(w_ref.detach());
+    bn->bias.copy_(b_ref.detach());
+  }
+  torch::Tensor x = parts[static_cast<size_t>(r())].clone().set_requires_grad(true);
+  torch::Tensor y = bn->forward(x);
+  (y * cotangent_all.narrow(0, offset, mine)).sum().backward();
+  EXPECT_TRUE(torch::allclose(y, y_ref.narrow(0, offset, mine), 1e-10, 1e-10));
+  EXPECT_TRUE(torch::allclose(x.grad(), full.grad().narrow(0, offset, mine), 1e-10, 1e-10));
+  // Parameter gradients are each rank's share: their sum is the reference gradient.
+  EXPECT_TRUE(torch::allclose(allreduce(bn->weight.grad(), "wsum", ReduceOp::kSum),
+                              w_ref.grad(), 1e-10, 1e-10));
+  EXPECT_TRUE(torch::allclose(allreduce(bn->bias.grad(), "bsum", ReduceOp::kSum), b_ref.grad(),
+                              1e-10, 1e-10));
+  EXPECT_TRUE(torch::allclose(bn->running_mean, rm, 1e-10, 1e-10));
+  EXPECT_TRUE(torch::allclose(bn->running_var, rv, 1e-10, 1e-10));
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 1);
+}
+
+}  // namespace
+}  // namespace tessera

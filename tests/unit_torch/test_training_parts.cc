@@ -1,0 +1,221 @@
+// Pure parts of the trainer: schedules, metrics, the sampler, the synthetic data, checkpoints,
+// the optimizer's group plan, the memory policy's names.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "data/sampler.h"
+#include "data/synthetic_shapes.h"
+#include "models/registry.h"
+#include "tessera/torch.h"
+#include "torch/memory_policy.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+#include "train/schedule.h"
+
+namespace tessera {
+namespace {
+
+TEST(Schedule, LinearScalingAndWarmup) {
+  train::LrSchedule s;
+  s.base_lr = 0.1;
+  s.base_batch = 256;
+  s.global_batch = 1024;
+  s.warmup_steps = 10;
+  s.total_steps = 110;
+  EXPECT_DOUBLE_EQ(s.peak(), 0.4);
+  EXPECT_DOUBLE_EQ(s.at(0), 0.1);         // the unscaled rate
+  EXPECT_DOUBLE_EQ(s.at(5), 0.1 + 0.15);  // halfway
+  EXPECT_DOUBLE_EQ(s.at(10), 0.4);
+  EXPECT_DOUBLE_EQ(s.at(109), 0.4);
+}
+
+TEST(Schedule, StepCosinePoly) {
+  train::LrSchedule s;
+  s.base_lr = 1.0;
+  s.base_batch = s.global_batch = 8;
+  s.total_steps = 100;
+  s.kind = train::ScheduleKind::kStep;
+  s.milestones = {30, 60};
+  EXPECT_DOUBLE_EQ(s.at(29), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(30), 0.1);
+  EXPECT_NEAR(s.at(99), 0.01, 1e-15);
+  s.kind = train::ScheduleKind::kCosine;
+  EXPECT_DOUBLE_EQ(s.at(0), 1.0);
+  EXPECT_NEAR(s.at(50), 0.5, 1e-12);
+  EXPECT_NEAR(s.at(100), 0.0, 1e-12);
+  s.kind = train::ScheduleKind::kPoly;
+  EXPECT_NEAR(s.at(50), std::pow(0.5, 0.9), 1e-12);
+  EXPECT_THROW(train::parse_schedule("linear"), InvalidArgument);
+}
+
+TEST(Metrics, ConfusionAccuracyMeanIou) {
+  torch::Tensor c = torch::zeros({3, 3}, torch::kLong);
+  // targets 0 0 1 1 2 255; predictions 0 1 1 1 0 2 (the 255 is ignored)
+  train::accumulate_confusion(c, torch::tensor({0, 1, 1, 1, 0, 2}),
+                              torch::tensor({0, 0, 1, 1, 2, 255}));
+  EXPECT_EQ(c.sum().item<int64_t>(), 5);
+  EXPECT_DOUBLE_EQ(train::accuracy(c), 3.0 / 5.0);
+  // IoU: class 0: 1 / (1 + 1 + 1) ; class 1: 2 / (2 + 1) ; class 2: 0 / 1
+  EXPECT_NEAR(train::mean_iou(c), (1.0 / 3 + 2.0 / 3 + 0.0) / 3, 1e-12);
+  EXPECT_THROW(train::accumulate_confusion(c, torch::tensor({0}), torch::tensor({5})),
+               InvalidArgument);
+}
+
+TEST(Sampler, RanksTogetherSeeWhatOneRankSees) {
+  for (int ranks : {1, 2, 3, 4}) {
+    data::ShardPlan many;
+    many.dataset_size = 100;
+    many.seed = 7;
+    many.ranks = ranks;
+    many.batch = 4;
+    data::ShardPlan one = many;
+    one.ranks = 1;
+    one.batch = 4 * ranks;
+    EXPECT_EQ(many.steps_per_epoch(), 100 / (4 * ranks));
+    for (int64_t step = 0; step < 3 * many.steps_per_epoch(); ++step) {
+      std::vector<int64_t> joined;
+      for (int r = 0; r < ranks; ++r) {
+        auto part = data::batch_indices(many, step, r);
+        joined.insert(joined.end(), part.begin(), part.end());
+      }
+      EXPECT_EQ(joined, data::batch_indices(one, step, 0)) << ranks << " " << step;
+    }
+  }
+  // Each epoch is a permutation, and epochs differ.
+  auto e0 = data::epoch_order(50, 1, 0), e1 = data::epoch_order(50, 1, 1);
+  EXPECT_EQ(std::set<int64_t>(e0.begin(), e0.end()).size(), 50u);
+  EXPECT_NE(e0, e1);
+  data::ShardPlan tiny;
+  tiny.dataset_size = 3;
+  tiny.ranks = 2;
+  tiny.batch = 2;
+  EXPECT_THROW(tiny.steps_per_epoch(), InvalidArgument);
+}
+
+TEST(SyntheticShapes, DeterministicAndConsistent) {
+  data::SyntheticShapes a(64, 32, 5), b(64, 32, 5), c(64, 32, 6);
+  data::Batch x = a.get({3, 17, 3}), y = b.get({3, 17, 3}), z = c.get({3});
+  EXPECT_TRUE(torch::equal(x.images, y.images));
+  EXPECT_TRUE(torch::equal(x.images[0], x.images[2]));
+  EXPECT_FALSE(torch::equal(x.images[0], z.images[0]));
+  std::set<int64_t> labels;
+  data::Batch all = a.get([] {
+    std::vector<int64_t> v(64);
+    for (int i = 0; i < 64; ++i) v[static_cast<size_t>(i)] = i;
+    return v;
+  }());
+  for (int64_t i = 0; i < 64; ++i) {
+    const int64_t label = all.labels[i].item<int64_t>();
+    labels.insert(label);
+    // The labelled (largest) shape is visible in the mask.
+    EXPECT_GT((all.masks[i] == label + 1).sum().item<int64_t>(), 0) << i;
+  }
+  EXPECT_EQ(labels.size(), 3u);
+  EXPECT_GE(all.masks.min().item<int64_t>(), 0);
+  EXPECT_LE(all.masks.max().item<int64_t>(), 3);
+  EXPECT_THROW(a.get({64}), InvalidArgument);
+  EXPECT_THROW(data::SyntheticShapes(10, 8, 0), InvalidArgument);
+}
+
+TEST(Checkpoint, RoundTripRestoresModelOptimizerAndRng) {
+  models::ModelSpec spec;
+  spec.name = "resnet18";
+  spec.num_classes = 3;
+  models::Model m = models::make_model(spec);
+  torch::optim::SGD sgd(m.module().parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  m.forward(torch::randn({2, 3, 32, 32})).sum().backward();
+  sgd.step();  // momentum buffers exist
+  train::CheckpointMeta meta;
+  meta.model = "resnet18";
+  meta.num_classes = 3;
+  meta.step = 17;
+  const std::string bytes = train::encode_checkpoint(m.module(), sgd, meta);
+  const torch::Tensor next = torch::randn({4});  // what the RNG gives after the checkpoint
+
+  torch::manual_seed(999);
+  models::Model m2 = models::make_model(spec);
+  torch::optim::SGD sgd2(m2.module().parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  train::CheckpointMeta got = train::restore_checkpoint(bytes, "mem", meta, m2.module(), sgd2);
+  EXPECT_EQ(got.step, 17);
+  EXPECT_TRUE(torch::equal(torch::randn({4}), next));
+  auto p1 = m.module().parameters(), p2 = m2.module().parameters();
+  for (size_t i = 0; i < p1.size(); ++i) EXPECT_TRUE(torch::equal(p1[i], p2[i]));
+  // Same next step from both: the momentum buffers came along.
+  sgd.zero_grad();
+  sgd2.zero_grad();
+  m.forward(torch::ones({2, 3, 32, 32})).sum().backward();
+  m2.forward(torch::ones({2, 3, 32, 32})).sum().backward();
+  sgd.step();
+  sgd2.step();
+  for (size_t i = 0; i < p1.size(); ++i) EXPECT_TRUE(torch::equal(p1[i], p2[i]));
+
+  // Truncated, foreign and mismatched checkpoints are errors that name the file.
+  try {
+    train::restore_checkpoint(bytes.substr(0, bytes.size() / 2), "half.pt", meta, m2.module(),
+                              sgd2);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'half.pt' is truncated"), std::string::npos)
+        << e.what();
+  }
+  train::CheckpointMeta other = meta;
+  other.model = "resnet50";
+  EXPECT_THROW(train::restore_checkpoint(bytes, "x.pt", other, m2.module(), sgd2),
+               InvalidArgument);
+}
+
+TEST(AtomicFile, ReplacesWholeOrNotAtAll) {
+  const std::string dir = ::testing::TempDir() + "/tessera_atomic";
+  std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+  const std::string path = dir + "/ckpt";
+  write_file_atomically(path, "good", 4);
+  // The target is a directory now: the rename fails, the temporary file is removed, and
+  // nothing half-written is left.
+  const std::string blocked = dir + "/blocked";
+  std::system(("mkdir -p " + blocked + "/x").c_str());
+  EXPECT_THROW(write_file_atomically(blocked, "new", 3), InvalidArgument);
+  std::vector<char> back = read_file(path);
+  EXPECT_EQ(std::string(back.begin(), back.end()), "good");
+  EXPECT_EQ(std::system(("test -z \"$(ls " + dir + " | grep tmp)\"").c_str()), 0);
+  EXPECT_THROW(read_file(dir + "/missing"), InvalidArgument);
+}
+
+TEST(DistributedOptimizer, GroupPlanCoversEveryParameterOnce) {
+  for (size_t n = 0; n < 40; ++n) {
+    for (int g = 0; g <= 9; ++g) {
+      auto plan = DistributedOptimizer::plan_groups(n, g);
+      if (g == 0 || n == 0) {
+        EXPECT_TRUE(plan.empty());
+        continue;
+      }
+      EXPECT_EQ(plan.size(), std::min<size_t>(n, static_cast<size_t>(g)));
+      std::vector<size_t> flat;
+      size_t lo = n, hi = 0;
+      for (auto& members : plan) {
+        lo = std::min(lo, members.size());
+        hi = std::max(hi, members.size());
+        flat.insert(flat.end(), members.begin(), members.end());
+      }
+      EXPECT_LE(hi - lo, 1u);
+      // Reverse registration order: n-1, n-2, ..., 0.
+      for (size_t k = 0; k < flat.size(); ++k) EXPECT_EQ(flat[k], n - 1 - k);
+    }
+  }
+  EXPECT_THROW(DistributedOptimizer::plan_groups(3, -1), InvalidArgument);
+}
+
+TEST(Names, CompressionAndMallocPolicy) {
+  EXPECT_EQ(parse_compression("fp16"), Compression::kFloat16);
+  EXPECT_EQ(parse_compression("bf16"), Compression::kBFloat16);
+  EXPECT_THROW(parse_compression("int8"), InvalidArgument);
+  EXPECT_EQ(detail::parse_malloc_policy("keep"), detail::MallocPolicy::kKeep);
+  EXPECT_THROW(detail::parse_malloc_policy("fast"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera
