@@ -209,6 +209,35 @@ TEST_F(TorchTest, DistributedOptimizerAveragesAccumulatesAndGroups) {
   }
 }
 
+TEST_F(TorchTest, DistributedOptimizerStepAfterStepMatchesTheAverage) {
+  // Several steps with momentum (the second and later through the response cache), against
+  // one process that averages every rank's gradients itself.
+  Linear m, ref;
+  torch::optim::SGD sgd(m.net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  torch::optim::SGD sgd_ref(ref.net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  DistributedOptions o;
+  o.prefix = "multistep.";
+  DistributedOptimizer opt(sgd, m.net->named_parameters(), o);
+  for (int step = 0; step < 4; ++step) {
+    torch::Tensor w = torch::zeros_like(ref.fc->weight), b = torch::zeros_like(ref.fc->bias);
+    for (int k = 0; k < n(); ++k) {
+      sgd_ref.zero_grad();
+      ref.loss(Linear::data(k, 0)).backward();
+      w += ref.fc->weight.grad() / n();
+      b += ref.fc->bias.grad() / n();
+    }
+    sgd_ref.zero_grad();
+    ref.fc->weight.mutable_grad() = w;
+    ref.fc->bias.mutable_grad() = b;
+    sgd_ref.step();
+    opt.zero_grad();
+    m.loss(Linear::data(r(), 0)).backward();
+    opt.step();
+    EXPECT_TRUE(torch::allclose(m.fc->weight, ref.fc->weight, 1e-5, 1e-6)) << "step " << step;
+    EXPECT_TRUE(torch::allclose(m.fc->bias, ref.fc->bias, 1e-5, 1e-6)) << "step " << step;
+  }
+}
+
 TEST_F(TorchTest, MoreBackwardPassesThanDeclaredIsAClearError) {
   Linear m;
   torch::optim::SGD sgd(m.net->parameters(), torch::optim::SGDOptions(0.1));
