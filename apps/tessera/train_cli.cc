@@ -53,9 +53,15 @@ CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
   c->add_option("--checkpoint-every", o.checkpoint_every, "also every N steps")
       ->capture_default_str();
   c->add_option("--resume", o.resume, "continue from this checkpoint");
+  c->add_option("--stop-at", o.stop_at,
+                "stop after this step and write the checkpoint (the schedule stays that of the "
+                "whole run); continue later with --resume")
+      ->capture_default_str();
   c->add_option("--init-from", o.init_from,
                 "initial weights: a state_dict from torch.save or tessera export");
   c->add_flag("--sync-bn", o.sync_bn, "batch statistics over all ranks (SyncBatchNorm)");
+  c->add_option("--precision", o.precision, "parameters and inputs: f32 or f64")
+      ->capture_default_str();
   c->add_option("--output-stride", o.output_stride, "DeepLab-v3+: 16 or 8")->capture_default_str();
   c->add_option("--backward-passes-per-step", o.backward_passes_per_step,
                 "split each batch into N passes accumulated locally before one allreduce")

@@ -58,6 +58,8 @@ void validate(const TrainOptions& o) {
                 ") must divide --batch-size (", o.batch_size, "): each pass takes an equal share");
   TESSERA_CHECK(o.checkpoint_every == 0 || !o.checkpoint.empty(),
                 "--checkpoint-every needs --checkpoint FILE");
+  TESSERA_CHECK(o.precision == "f32" || o.precision == "f64", "--precision '", o.precision,
+                "' is not supported; accepted: f32, f64");
   parse_schedule(o.lr_schedule);
   parse_compression(o.compression);
 }
@@ -94,7 +96,8 @@ Evaluation evaluate(const models::Model& model, const data::SyntheticShapes& val
     const size_t end = std::min(mine.size(), begin + static_cast<size_t>(batch));
     data::Batch b = val.get(std::vector<int64_t>(mine.begin() + static_cast<long>(begin),
                                                  mine.begin() + static_cast<long>(end)));
-    torch::Tensor pred = model.forward(b.images).argmax(1);
+    torch::Tensor pred = model.forward(b.images.to(model.module().parameters().front().scalar_type()))
+                             .argmax(1);
     accumulate_confusion(confusion, pred,
                          model.task() == models::Task::kClassification ? b.labels : b.masks);
   }
@@ -130,6 +133,8 @@ TrainResult run_training(const TrainOptions& o) {
   spec.norm.sync = o.sync_bn && dist;
   models::Model model = models::make_model(spec);
   torch::nn::Module& net = model.module();
+  const torch::ScalarType dtype = o.precision == "f64" ? torch::kDouble : torch::kFloat;
+  if (dtype != torch::kFloat) net.to(dtype);
   net.train();
 
   if (!o.init_from.empty()) {
@@ -231,6 +236,7 @@ TrainResult run_training(const TrainOptions& o) {
     return e;
   };
 
+  const int64_t end = o.stop_at > 0 ? std::min(o.stop_at, total) : total;
   TrainResult result;
   const int passes = o.backward_passes_per_step;
   const int64_t micro = o.batch_size / passes;
@@ -238,7 +244,7 @@ TrainResult run_training(const TrainOptions& o) {
   int64_t interval_steps = 0;
   Clock::time_point interval_start = Clock::now();
   const Clock::time_point run_start = interval_start;
-  for (int64_t step = start; step < total; ++step) {
+  for (int64_t step = start; step < end; ++step) {
     const double lr = sched.at(step);
     for (auto& group : sgd.param_groups()) {
       static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
@@ -252,6 +258,7 @@ TrainResult run_training(const TrainOptions& o) {
     for (int p = 0; p < passes; ++p) {
       const Clock::time_point t0 = Clock::now();
       torch::Tensor x = passes == 1 ? batch.images : batch.images.narrow(0, p * micro, micro);
+      if (dtype != torch::kFloat) x = x.to(dtype);
       torch::Tensor y = passes == 1 ? target : target.narrow(0, p * micro, micro);
       torch::Tensor loss = torch::nn::functional::cross_entropy(
           model.forward(x), y, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255));
@@ -276,7 +283,7 @@ TrainResult run_training(const TrainOptions& o) {
     const int64_t done = step + 1;
     if (o.on_step) o.on_step(done, net);
 
-    if (done % o.log_every == 0 || done == total) {
+    if (done % o.log_every == 0 || done == end) {
       torch::Tensor l = torch::tensor({interval_loss / static_cast<double>(interval_steps)},
                                       torch::kFloat64);
       if (dist) allreduce_(l, "train.loss", ReduceOp::kAverage);
@@ -305,18 +312,18 @@ TrainResult run_training(const TrainOptions& o) {
       interval_steps = 0;
       interval_start = Clock::now();
     }
-    if (o.eval_every > 0 && done % o.eval_every == 0 && done != total) run_eval(done);
-    if (o.checkpoint_every > 0 && done % o.checkpoint_every == 0 && done != total) save(done);
+    if (o.eval_every > 0 && done % o.eval_every == 0 && done != end) run_eval(done);
+    if (o.checkpoint_every > 0 && done % o.checkpoint_every == 0 && done != end) save(done);
   }
-  const Evaluation final_eval = run_eval(total);
-  save(total);
+  const Evaluation final_eval = run_eval(end);
+  save(end);
   if (tracing) global_engine().stop_timeline();
-  result.steps = total;
+  result.steps = end;
   result.metric = final_eval.metric;
   result.metric_name = metric_name;
   result.checkpoint = o.checkpoint;
   if (talk) {
-    std::printf("done: %lld steps in %.1f s, %s %.4f%s%s\n", static_cast<long long>(total),
+    std::printf("done: %lld steps in %.1f s, %s %.4f%s%s\n", static_cast<long long>(end),
                 seconds_between(run_start, Clock::now()), metric_name.c_str(), final_eval.metric,
                 o.checkpoint.empty() ? "" : ", checkpoint ", o.checkpoint.c_str());
   }

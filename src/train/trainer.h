@@ -39,8 +39,13 @@ struct TrainOptions {
   std::string checkpoint;     // written at the end and every checkpoint_every steps
   int64_t checkpoint_every = 0;
   std::string resume;         // a checkpoint to continue from
+  // Stop after this many steps (of `steps`/`epochs`, whose schedule still applies) and write
+  // the checkpoint: a run split into jobs, e.g. under a batch system's time limit. 0: never.
+  int64_t stop_at = 0;
   std::string init_from;      // weights from torch.save(model.state_dict()) or tessera export
   bool sync_bn = false;
+  // "f32" or "f64": the model's parameters and the inputs (f64 for exact comparisons).
+  std::string precision = "f32";
   int output_stride = 16;
   int backward_passes_per_step = 1;
   int groups = 0;

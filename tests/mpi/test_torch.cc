@@ -334,5 +334,60 @@ TEST_F(TorchTest, SyncBatchNormMatchesBatchNormOnTheConcatenatedBatch) {
   EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 1);
 }
 
+// conv - BatchNorm - ReLU - pool - linear, trained a few steps: N ranks with SyncBatchNorm and
+// the DistributedOptimizer against one process with BatchNorm on the concatenated batch.
+struct TinyNet : torch::nn::Module {
+  explicit TinyNet(bool sync) {
+    torch::manual_seed(5);
+    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).bias(false)));
+    BatchNormOptions o;
+    o.num_features = 4;
+    o.sync = sync;
+    o.name = "tiny.bn";
+    bn = register_module("bn", BatchNorm2d(o));
+    fc = register_module("fc", torch::nn::Linear(4, 2));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return fc(torch::relu(bn(conv(x))).mean({2, 3}));
+  }
+  torch::nn::Conv2d conv{nullptr};
+  BatchNorm2d bn{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+
+TEST_F(TorchTest, SyncBatchNormTrainingMatchesOneProcessStepByStep) {
+  const int64_t b = 2;
+  auto batch = [&](int step, int64_t rank_lo, int64_t count) {
+    torch::manual_seed(1000 + step);
+    torch::Tensor all = torch::randn({b * n(), 3, 6, 6});
+    return all.narrow(0, rank_lo * b, count);
+  };
+  auto target = [&](int step) {
+    torch::manual_seed(2000 + step);
+    return torch::randn({b * n(), 2});
+  };
+  auto dist = std::make_shared<TinyNet>(true);
+  auto ref = std::make_shared<TinyNet>(false);
+  torch::optim::SGD sgd(dist->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  torch::optim::SGD sgd_ref(ref->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  DistributedOptions o;
+  o.prefix = "tiny.";
+  DistributedOptimizer opt(sgd, dist->named_parameters(), o);
+  for (int step = 0; step < 4; ++step) {
+    opt.zero_grad();
+    torch::Tensor y = dist->forward(batch(step, r(), b));
+    torch::nn::functional::mse_loss(y, target(step).narrow(0, r() * b, b)).backward();
+    opt.step();
+    sgd_ref.zero_grad();
+    torch::nn::functional::mse_loss(ref->forward(batch(step, 0, b * n())), target(step)).backward();
+    sgd_ref.step();
+    auto pd = dist->named_parameters(), pr = ref->named_parameters();
+    for (const auto& kv : pd) {
+      EXPECT_TRUE(torch::allclose(kv.value(), pr[kv.key()], 1e-5, 1e-6))
+          << "step " << step << " " << kv.key() << "\n" << kv.value() << pr[kv.key()];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera
