@@ -61,6 +61,9 @@ const std::vector<KnobInfo>& knob_table() {
        "cost table written by `tessera bench allreduce --calibrate`, used by auto"},
       {"TESSERA_CYCLE_TIME", "1", "milliseconds, a number >= 0",
        "time between the engine's negotiation cycles; 0 starts a cycle as soon as work arrives"},
+      {"TESSERA_IDLE_BACKOFF", "8", "milliseconds, a number >= 0",
+       "while every rank is idle the wait between cycles doubles up to this; at most this much "
+       "latency is added to the first collective after a quiet spell"},
       {"TESSERA_FUSION_THRESHOLD", "128MiB", "a byte size (K/M/G suffixes), 0 turns fusion off",
        "ready tensors are packed into one fusion buffer up to this size"},
       {"TESSERA_CACHE_CAPACITY", "1024", "an integer from 0 to 1048576",
@@ -162,6 +165,7 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
     *out = t;
   };
   seconds_knob("TESSERA_CYCLE_TIME", true, &k.cycle_time_ms);
+  seconds_knob("TESSERA_IDLE_BACKOFF", true, &k.idle_backoff_ms);
   seconds_knob("TESSERA_STALL_CHECK_TIME", false, &k.stall_check_s);
   seconds_knob("TESSERA_STALL_SHUTDOWN_TIME", true, &k.stall_shutdown_s);
   bytes_knob("TESSERA_FUSION_THRESHOLD", 0, size_t{1} << 40, &k.fusion_threshold);

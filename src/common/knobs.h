@@ -36,6 +36,8 @@ struct Knobs {
   // The engine (src/engine).
   // Milliseconds between negotiation cycles; 0: a cycle starts as soon as work arrives.
   double cycle_time_ms = 1.0;
+  // While every rank's engine is idle, the wait between cycles doubles up to this many ms.
+  double idle_backoff_ms = 8.0;
   // Ready tensors are packed into one fusion buffer up to this many bytes (0: no fusion).
   size_t fusion_threshold = size_t{128} << 20;
   // Entries of the response cache (0 turns it off).

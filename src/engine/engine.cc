@@ -18,6 +18,7 @@ namespace engine {
 EngineOptions EngineOptions::from_knobs(const Knobs& k) {
   EngineOptions o;
   o.cycle_time_ms = k.cycle_time_ms;
+  o.idle_backoff_ms = k.idle_backoff_ms;
   o.fusion_threshold = k.fusion_threshold;
   o.cache_capacity = k.cache_capacity;
   o.stall_check_s = k.stall_check_s;

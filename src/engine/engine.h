@@ -36,6 +36,9 @@ namespace engine {
 
 struct EngineOptions {
   double cycle_time_ms = 1.0;
+  // While every rank is idle the wait between cycles doubles up to this (ms; <= cycle time:
+  // no back-off).
+  double idle_backoff_ms = 8.0;
   size_t fusion_threshold = size_t{128} << 20;
   size_t cache_capacity = 1024;
   double stall_check_s = 60.0;

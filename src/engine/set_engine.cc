@@ -38,7 +38,8 @@ double thread_cpu_seconds() {
 // quiet on a rank, so after the AND it is 0 when any rank needs attention.
 constexpr size_t kAlive = 0;          // 0: some rank asks for shutdown
 constexpr size_t kNoRoundNeeded = 1;  // 0: some rank has new, changed or stalled work
-constexpr size_t kStatusBits = 2;
+constexpr size_t kIdle = 2;           // 0: some rank has work pending
+constexpr size_t kStatusBits = 3;
 
 }  // namespace
 
@@ -65,8 +66,11 @@ void Engine::Impl::run() {
       {
         std::unique_lock<std::mutex> lock(mu);
         // An idle engine still joins a cycle every millisecond at least: the other ranks may
-        // have work that needs everyone's vote.
-        const double wait_ms = opt.cycle_time_ms > 0 ? opt.cycle_time_ms : 1.0;
+        // have work that needs everyone's vote. While every rank is idle (the vote says so, so
+        // all ranks agree), the wait doubles up to the idle back-off: an idle engine then costs
+        // the training thread next to nothing, at the price of up to that much latency for
+        // the first collective after a quiet spell (e.g. the first gradient of backward).
+        const double wait_ms = idle_wait_ms;
         const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                               std::chrono::duration<double, std::milli>(wait_ms));
         cv.wait_until(lock, until, [&] {
@@ -126,6 +130,7 @@ bool Engine::Impl::cycle() {
   BitVector votes(kStatusBits + span);
   if (!want_shutdown) votes.set(kAlive);
   if (!need_round) votes.set(kNoRoundNeeded);
+  if (pending.empty() && held_groups.empty()) votes.set(kIdle);
   for (size_t b = 0; b < span; ++b) {
     if (by_bit[b]) votes.set(kStatusBits + b);
   }
@@ -147,6 +152,10 @@ bool Engine::Impl::cycle() {
     ready.push_back({p, ""});
     ++hits;
   }
+  const double base_wait_ms = opt.cycle_time_ms > 0 ? opt.cycle_time_ms : 1.0;
+  idle_wait_ms = votes.test(kIdle) ? std::max(base_wait_ms, std::min(2 * idle_wait_ms,
+                                                                      opt.idle_backoff_ms))
+                                   : base_wait_ms;
   const bool shutting_down = !votes.test(kAlive);
   const bool round = !votes.test(kNoRoundNeeded) || shutting_down;
   std::vector<std::pair<int, std::string>> reasons;

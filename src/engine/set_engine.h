@@ -42,7 +42,11 @@ struct Engine::Impl {
   };
 
   Impl(comm::Communicator& c, const EngineOptions& o)
-      : comm(c.dup()), opt(o), cache(o.cache_capacity), coordinator(comm->size()) {}
+      : comm(c.dup()),
+        opt(o),
+        cache(o.cache_capacity),
+        coordinator(comm->size()),
+        idle_wait_ms(o.cycle_time_ms > 0 ? o.cycle_time_ms : 1.0) {}
 
   std::unique_ptr<comm::Communicator> comm;
   EngineOptions opt;
@@ -67,6 +71,7 @@ struct Engine::Impl {
   std::map<int, std::vector<Pending*>> held_groups;  // agreed members waiting for the rest
   std::vector<char> fusion;
   uint64_t cycle_index = 0;  // identical on every rank: cycles run in lockstep
+  double idle_wait_ms = 1.0;  // the wait before the next cycle: longer while all are idle
   Timeline timeline;
   Clock::time_point last_flush;
 

@@ -44,6 +44,38 @@ std::string what_of(const Handle& h) {
   return "";
 }
 
+// While every rank is idle the cycles back off to TESSERA_IDLE_BACKOFF apart (an idle engine
+// must not take the cores from training threads), and work after a quiet spell still
+// completes within about one back-off interval.
+TEST_F(EngineTest, IdleCyclesBackOffAndWakeForWork) {
+  EngineOptions o = fast();
+  o.idle_backoff_ms = 16;
+  Engine engine(*world_, o);
+  float x = 1, y = 0;
+  engine.enqueue_allreduce("warm", &x, &y, DataType::kFloat32, {1}, ReduceOp::kSum).wait(30);
+  const uint64_t before = engine.stats().cycles;
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const uint64_t idle_cycles = engine.stats().cycles - before;
+  // 1 ms apart would be ~400; backing off 1, 2, 4, 8, 16, 16, ... is ~30.
+  EXPECT_LT(idle_cycles, 60u) << idle_cycles << " cycles in 400 ms of idling";
+  EXPECT_GT(idle_cycles, 10u);
+  const auto t0 = std::chrono::steady_clock::now();
+  engine.enqueue_allreduce("after.idle", &x, &y, DataType::kFloat32, {1}, ReduceOp::kSum)
+      .wait(30);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                        .count();
+  EXPECT_EQ(y, static_cast<float>(world_->size()));
+  EXPECT_LT(ms, 200.0);  // one back-off interval plus scheduling noise on shared cores
+  // Back at the cycle time once there is work: a burst of small collectives is not slowed.
+  const auto t1 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) {
+    engine.enqueue_allreduce("burst", &x, &y, DataType::kFloat32, {1}, ReduceOp::kSum).wait(30);
+  }
+  const double burst_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+  EXPECT_LT(burst_ms, 20 * 16.0) << "20 back-to-back collectives took " << burst_ms << " ms";
+}
+
 // Every rank enqueues the same 200 tensors in its own random order; all complete with the
 // right sums, and the second step goes through the response cache.
 TEST_F(EngineTest, TwoHundredTensorsInDifferentOrdersTwice) {
