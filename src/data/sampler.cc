@@ -31,10 +31,16 @@ std::vector<int64_t> epoch_order(int64_t dataset_size, uint64_t seed, int64_t ep
 }
 
 std::vector<int64_t> batch_indices(const ShardPlan& plan, int64_t step, int rank) {
+  const int64_t epoch = step / plan.steps_per_epoch();
+  return batch_indices(plan, epoch_order(plan.dataset_size, plan.seed, epoch), step, rank);
+}
+
+std::vector<int64_t> batch_indices(const ShardPlan& plan, const std::vector<int64_t>& order,
+                                   int64_t step, int rank) {
   TESSERA_CHECK(rank >= 0 && rank < plan.ranks, "rank ", rank, " outside 0..", plan.ranks - 1);
-  const int64_t per_epoch = plan.steps_per_epoch();
-  const int64_t epoch = step / per_epoch, k = step % per_epoch;
-  const std::vector<int64_t> order = epoch_order(plan.dataset_size, plan.seed, epoch);
+  TESSERA_CHECK_EQ(static_cast<int64_t>(order.size()), plan.dataset_size,
+                   "the order must be a permutation of the data set");
+  const int64_t k = step % plan.steps_per_epoch();
   const int64_t begin = k * plan.ranks * plan.batch + rank * plan.batch;
   return std::vector<int64_t>(order.begin() + begin, order.begin() + begin + plan.batch);
 }

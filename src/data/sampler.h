@@ -24,6 +24,10 @@ struct ShardPlan {
 std::vector<int64_t> epoch_order(int64_t dataset_size, uint64_t seed, int64_t epoch);
 // Rank `rank`'s samples for global step `step` (epoch = step / steps_per_epoch).
 std::vector<int64_t> batch_indices(const ShardPlan& plan, int64_t step, int rank);
+// The same from the epoch's order, drawn once per epoch by the caller (epoch_order is
+// O(dataset size)); `step` is the global step, `order` that of its epoch.
+std::vector<int64_t> batch_indices(const ShardPlan& plan, const std::vector<int64_t>& order,
+                                   int64_t step, int rank);
 
 }  // namespace data
 }  // namespace tessera

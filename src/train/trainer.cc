@@ -244,12 +244,18 @@ TrainResult run_training(const TrainOptions& o) {
   int64_t interval_steps = 0;
   Clock::time_point interval_start = Clock::now();
   const Clock::time_point run_start = interval_start;
+  int64_t order_epoch = -1;
+  std::vector<int64_t> order;
   for (int64_t step = start; step < end; ++step) {
     const double lr = sched.at(step);
     for (auto& group : sgd.param_groups()) {
       static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
     }
-    const std::vector<int64_t> idx = data::batch_indices(plan, step, me);
+    if (step / per_epoch != order_epoch) {  // a new epoch: its order, once
+      order_epoch = step / per_epoch;
+      order = data::epoch_order(plan.dataset_size, plan.seed, order_epoch);
+    }
+    const std::vector<int64_t> idx = data::batch_indices(plan, order, step, me);
     data::Batch batch = train_set.get(idx);
     const torch::Tensor& target =
         task == models::Task::kClassification ? batch.labels : batch.masks;

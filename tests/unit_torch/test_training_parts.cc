@@ -84,6 +84,10 @@ TEST(Sampler, RanksTogetherSeeWhatOneRankSees) {
         joined.insert(joined.end(), part.begin(), part.end());
       }
       EXPECT_EQ(joined, data::batch_indices(one, step, 0)) << ranks << " " << step;
+      const auto order =
+          data::epoch_order(many.dataset_size, many.seed, step / many.steps_per_epoch());
+      EXPECT_EQ(data::batch_indices(many, order, step, ranks - 1),
+                data::batch_indices(many, step, ranks - 1));
     }
   }
   // Each epoch is a permutation, and epochs differ.
