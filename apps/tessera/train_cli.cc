@@ -66,7 +66,8 @@ CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
   c->add_option("--backward-passes-per-step", o.backward_passes_per_step,
                 "split each batch into N passes accumulated locally before one allreduce")
       ->capture_default_str();
-  c->add_option("--groups", o.groups, "reduce the gradients as N grouped allreduces (0: each alone)")
+  c->add_option("--groups", o.groups,
+                "reduce the gradients as N grouped allreduces (0: each alone)")
       ->capture_default_str();
   c->add_option("--compression", o.compression, "gradients on the wire: none, fp16, bf16")
       ->capture_default_str();
@@ -91,9 +92,8 @@ int run_export(const ExportOptions& o) {
   const models::Task task = models::task_of(o.model);
   models::ModelSpec spec;
   spec.name = o.model;
-  spec.num_classes = o.num_classes > 0
-                         ? o.num_classes
-                         : (task == models::Task::kClassification ? 1000 : 21);
+  spec.num_classes =
+      o.num_classes > 0 ? o.num_classes : (task == models::Task::kClassification ? 1000 : 21);
   std::string bytes;
   if (!o.checkpoint.empty()) {
     std::vector<char> b = read_file(o.checkpoint);

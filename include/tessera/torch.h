@@ -104,8 +104,7 @@ std::vector<TensorHandle> grouped_allreduce_async_(std::vector<torch::Tensor>& t
                                                    int process_set = 0);
 std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
                                              const std::string& name = "",
-                                             ReduceOp op = ReduceOp::kAverage,
-                                             int process_set = 0);
+                                             ReduceOp op = ReduceOp::kAverage, int process_set = 0);
 // Concatenates every rank's tensor along dimension 0 (ranks may differ in that dimension).
 TensorHandle allgather_async(const torch::Tensor& tensor, const std::string& name = "",
                              int process_set = 0);

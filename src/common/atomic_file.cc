@@ -26,8 +26,8 @@ void write_file_atomically(const std::string& path, const void* data, size_t siz
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   TESSERA_CHECK(f != nullptr, "cannot write '", tmp, "': ", std::strerror(errno));
-  const bool ok = std::fwrite(data, 1, size, f) == size && std::fflush(f) == 0 &&
-                  fsync(fileno(f)) == 0;
+  const bool ok =
+      std::fwrite(data, 1, size, f) == size && std::fflush(f) == 0 && fsync(fileno(f)) == 0;
   const int err = errno;
   std::fclose(f);
   if (!ok) {

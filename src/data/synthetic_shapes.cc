@@ -25,8 +25,10 @@ struct Shape {
   bool contains(double x, double y) const {
     const double dx = x - cx, dy = y - cy;
     switch (kind) {
-      case 1: return dx * dx + dy * dy <= r * r;
-      case 2: return std::abs(dx) <= r * 0.85 && std::abs(dy) <= r * 0.85;
+      case 1:
+        return dx * dx + dy * dy <= r * r;
+      case 2:
+        return std::abs(dx) <= r * 0.85 && std::abs(dy) <= r * 0.85;
       default: {
         // Upward triangle inscribed in the circle of radius r: below the two slanted edges and
         // above the base.

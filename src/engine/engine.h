@@ -132,7 +132,8 @@ class Engine {
   // Adds a span of the caller's own (for example the trainer's FORWARD and BACKWARD) to the
   // timeline on its row `row`, so collectives can be seen against it. No-op while not tracing.
   void trace(const std::string& row, const std::string& name,
-             std::chrono::steady_clock::time_point begin, std::chrono::steady_clock::time_point end);
+             std::chrono::steady_clock::time_point begin,
+             std::chrono::steady_clock::time_point end);
 
  private:
   std::vector<Handle> enqueue_group_impl(std::vector<Request> requests, bool as_group);

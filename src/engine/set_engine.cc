@@ -153,9 +153,9 @@ bool Engine::Impl::cycle() {
     ++hits;
   }
   const double base_wait_ms = opt.cycle_time_ms > 0 ? opt.cycle_time_ms : 1.0;
-  idle_wait_ms = votes.test(kIdle) ? std::max(base_wait_ms, std::min(2 * idle_wait_ms,
-                                                                      opt.idle_backoff_ms))
-                                   : base_wait_ms;
+  idle_wait_ms = votes.test(kIdle)
+                     ? std::max(base_wait_ms, std::min(2 * idle_wait_ms, opt.idle_backoff_ms))
+                     : base_wait_ms;
   const bool shutting_down = !votes.test(kAlive);
   const bool round = !votes.test(kNoRoundNeeded) || shutting_down;
   std::vector<std::pair<int, std::string>> reasons;

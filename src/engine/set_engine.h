@@ -70,7 +70,7 @@ struct Engine::Impl {
   Coordinator coordinator;
   std::map<int, std::vector<Pending*>> held_groups;  // agreed members waiting for the rest
   std::vector<char> fusion;
-  uint64_t cycle_index = 0;  // identical on every rank: cycles run in lockstep
+  uint64_t cycle_index = 0;   // identical on every rank: cycles run in lockstep
   double idle_wait_ms = 1.0;  // the wait before the next cycle: longer while all are idle
   Timeline timeline;
   Clock::time_point last_flush;

@@ -9,20 +9,18 @@ namespace {
 // conv (no bias) - BatchNorm - ReLU, as one Sequential (names .0, .1, .2).
 torch::nn::Sequential conv_bn_relu(int64_t in, int64_t out, int64_t kernel, int64_t dilation,
                                    const NormSpec& norm, const std::string& name) {
-  return torch::nn::Sequential(
-      torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel)
-                            .padding(kernel == 3 ? dilation : 0)
-                            .dilation(dilation)
-                            .bias(false)),
-      make_norm(out, norm, name + ".1"), torch::nn::ReLU());
+  return torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel)
+                                                     .padding(kernel == 3 ? dilation : 0)
+                                                     .dilation(dilation)
+                                                     .bias(false)),
+                               make_norm(out, norm, name + ".1"), torch::nn::ReLU());
 }
 
 torch::Tensor upsample(const torch::Tensor& x, at::IntArrayRef size) {
-  return torch::nn::functional::interpolate(
-      x, torch::nn::functional::InterpolateFuncOptions()
-             .size(std::vector<int64_t>{size[0], size[1]})
-             .mode(torch::kBilinear)
-             .align_corners(false));
+  return torch::nn::functional::interpolate(x, torch::nn::functional::InterpolateFuncOptions()
+                                                   .size(std::vector<int64_t>{size[0], size[1]})
+                                                   .mode(torch::kBilinear)
+                                                   .align_corners(false));
 }
 
 }  // namespace

@@ -40,7 +40,8 @@ Model make_model(const ModelSpec& spec) {
     o.num_classes = spec.num_classes;
     o.norm = spec.norm;
     ResNet net(o);
-    return Model(net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }, task);
+    return Model(
+        net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }, task);
   }
   DeepLabOptions o;
   o.depth = depth;
@@ -48,7 +49,8 @@ Model make_model(const ModelSpec& spec) {
   o.output_stride = spec.output_stride;
   o.norm = spec.norm;
   DeepLabV3Plus net(o);
-  return Model(net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }, task);
+  return Model(
+      net.ptr(), [net](const torch::Tensor& x) mutable { return net->forward(x); }, task);
 }
 
 }  // namespace models

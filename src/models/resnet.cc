@@ -99,10 +99,9 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   TESSERA_CHECK(options.depth == 18 || options.depth == 50, "ResNet depth ", options.depth,
                 " is not built in; accepted: 18, 50");
   const std::string& p = options.name_prefix;
-  conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 64, 7)
-                                                         .stride(2)
-                                                         .padding(3)
-                                                         .bias(false)));
+  conv1 = register_module(
+      "conv1",
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)));
   bn1 = register_module("bn1", make_norm(64, options.norm, p + "bn1"));
   const std::array<int, 4> blocks =
       options.depth == 18 ? std::array<int, 4>{2, 2, 2, 2} : std::array<int, 4>{3, 4, 6, 3};

@@ -20,7 +20,7 @@ struct NormSpec {
 };
 
 struct ResNetOptions {
-  int depth = 50;            // 18 or 50
+  int depth = 50;              // 18 or 50
   int64_t num_classes = 1000;  // 0: no fc (a backbone)
   std::array<bool, 3> replace_stride_with_dilation = {false, false, false};
   NormSpec norm;

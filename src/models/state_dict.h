@@ -7,11 +7,11 @@
 // torch_pickle.cc reads the pickle opcodes torch.save emits and the storages beside them.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/torch.h>
 
 namespace tessera {
 namespace models {

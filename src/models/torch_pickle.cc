@@ -22,16 +22,29 @@ struct Value;
 using ValuePtr = std::shared_ptr<Value>;
 
 struct Value {
-  enum class Kind { kNone, kBool, kInt, kFloat, kString, kTuple, kList, kDict, kGlobal, kStorage,
-                    kTensor, kMark, kObject };
+  enum class Kind {
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kTuple,
+    kList,
+    kDict,
+    kGlobal,
+    kStorage,
+    kTensor,
+    kMark,
+    kObject
+  };
   Kind kind = Kind::kNone;
   int64_t i = 0;
   double f = 0;
-  std::string s;  // string, global "module.name", storage key
-  std::vector<ValuePtr> items;                          // tuple, list
-  std::vector<std::pair<ValuePtr, ValuePtr>> entries;   // dict
-  torch::ScalarType dtype = torch::kFloat;              // storage
-  torch::Tensor tensor;                                 // storage bytes (u8) or a tensor
+  std::string s;                                       // string, global "module.name", storage key
+  std::vector<ValuePtr> items;                         // tuple, list
+  std::vector<std::pair<ValuePtr, ValuePtr>> entries;  // dict
+  torch::ScalarType dtype = torch::kFloat;             // storage
+  torch::Tensor tensor;                                // storage bytes (u8) or a tensor
 };
 
 ValuePtr make(Value::Kind k) {
@@ -42,11 +55,11 @@ ValuePtr make(Value::Kind k) {
 
 torch::ScalarType storage_dtype(const std::string& global, const std::string& file) {
   static const std::map<std::string, torch::ScalarType> types = {
-      {"torch.FloatStorage", torch::kFloat},     {"torch.DoubleStorage", torch::kDouble},
-      {"torch.HalfStorage", torch::kHalf},       {"torch.BFloat16Storage", torch::kBFloat16},
-      {"torch.LongStorage", torch::kLong},       {"torch.IntStorage", torch::kInt},
-      {"torch.ShortStorage", torch::kShort},     {"torch.CharStorage", torch::kChar},
-      {"torch.ByteStorage", torch::kByte},       {"torch.BoolStorage", torch::kBool}};
+      {"torch.FloatStorage", torch::kFloat}, {"torch.DoubleStorage", torch::kDouble},
+      {"torch.HalfStorage", torch::kHalf},   {"torch.BFloat16Storage", torch::kBFloat16},
+      {"torch.LongStorage", torch::kLong},   {"torch.IntStorage", torch::kInt},
+      {"torch.ShortStorage", torch::kShort}, {"torch.CharStorage", torch::kChar},
+      {"torch.ByteStorage", torch::kByte},   {"torch.BoolStorage", torch::kBool}};
   auto it = types.find(global);
   TESSERA_CHECK(it != types.end(), file, ": storage type '", global, "' is not supported");
   return it->second;
@@ -54,48 +67,115 @@ torch::ScalarType storage_dtype(const std::string& global, const std::string& fi
 
 class Reader {
  public:
-  Reader(const std::string& file, caffe2::serialize::PyTorchStreamReader& archive,
-         const char* data, size_t size)
+  Reader(const std::string& file, caffe2::serialize::PyTorchStreamReader& archive, const char* data,
+         size_t size)
       : file_(file), archive_(archive), p_(data), end_(data + size) {}
 
   ValuePtr run() {
     for (;;) {
       const uint8_t op = byte();
       switch (op) {
-        case 0x80: byte(); break;                                  // PROTO
-        case 0x95: take(8); break;                                 // FRAME
-        case '.': return pop();                                    // STOP
-        case '(': push(make(Value::Kind::kMark)); break;           // MARK
-        case 'N': push(make(Value::Kind::kNone)); break;           // NONE
-        case 0x88: push_bool(true); break;                         // NEWTRUE
-        case 0x89: push_bool(false); break;                        // NEWFALSE
-        case ')': push(make(Value::Kind::kTuple)); break;          // EMPTY_TUPLE
-        case ']': push(make(Value::Kind::kList)); break;           // EMPTY_LIST
-        case '}': push(make(Value::Kind::kDict)); break;           // EMPTY_DICT
-        case 'K': push_int(u(1)); break;                           // BININT1
-        case 'M': push_int(u(2)); break;                           // BININT2
-        case 'J': push_int(static_cast<int32_t>(u(4))); break;     // BININT
-        case 0x8a: push_int(long1()); break;                       // LONG1
-        case 'G': push_float(); break;                             // BINFLOAT
-        case 'X': push_string(u(4)); break;                        // BINUNICODE
-        case 0x8c: push_string(u(1)); break;                       // SHORT_BINUNICODE
-        case 'c': push_global(); break;                            // GLOBAL
-        case 'q': memo_[u(1)] = top(); break;                      // BINPUT
-        case 'r': memo_[u(4)] = top(); break;                      // LONG_BINPUT
-        case 0x94: memo_[memo_.size()] = top(); break;             // MEMOIZE
-        case 'h': push(memo(u(1))); break;                         // BINGET
-        case 'j': push(memo(u(4))); break;                         // LONG_BINGET
-        case 't': push_tuple(pop_mark()); break;                   // TUPLE
-        case 0x85: push_tuple(pop_n(1)); break;                    // TUPLE1
-        case 0x86: push_tuple(pop_n(2)); break;                    // TUPLE2
-        case 0x87: push_tuple(pop_n(3)); break;                    // TUPLE3
-        case 'a': append(pop_n(1)); break;                         // APPEND
-        case 'e': append(pop_mark()); break;                       // APPENDS
-        case 's': set_items(pop_n(2)); break;                      // SETITEM
-        case 'u': set_items(pop_mark()); break;                    // SETITEMS
-        case 'R': reduce(); break;                                 // REDUCE
-        case 'b': pop(); break;  // BUILD: state (_metadata, hooks) does not change weights
-        case 'Q': persistent_id(); break;                          // BINPERSID
+        case 0x80:
+          byte();
+          break;  // PROTO
+        case 0x95:
+          take(8);
+          break;  // FRAME
+        case '.':
+          return pop();  // STOP
+        case '(':
+          push(make(Value::Kind::kMark));
+          break;  // MARK
+        case 'N':
+          push(make(Value::Kind::kNone));
+          break;  // NONE
+        case 0x88:
+          push_bool(true);
+          break;  // NEWTRUE
+        case 0x89:
+          push_bool(false);
+          break;  // NEWFALSE
+        case ')':
+          push(make(Value::Kind::kTuple));
+          break;  // EMPTY_TUPLE
+        case ']':
+          push(make(Value::Kind::kList));
+          break;  // EMPTY_LIST
+        case '}':
+          push(make(Value::Kind::kDict));
+          break;  // EMPTY_DICT
+        case 'K':
+          push_int(u(1));
+          break;  // BININT1
+        case 'M':
+          push_int(u(2));
+          break;  // BININT2
+        case 'J':
+          push_int(static_cast<int32_t>(u(4)));
+          break;  // BININT
+        case 0x8a:
+          push_int(long1());
+          break;  // LONG1
+        case 'G':
+          push_float();
+          break;  // BINFLOAT
+        case 'X':
+          push_string(u(4));
+          break;  // BINUNICODE
+        case 0x8c:
+          push_string(u(1));
+          break;  // SHORT_BINUNICODE
+        case 'c':
+          push_global();
+          break;  // GLOBAL
+        case 'q':
+          memo_[u(1)] = top();
+          break;  // BINPUT
+        case 'r':
+          memo_[u(4)] = top();
+          break;  // LONG_BINPUT
+        case 0x94:
+          memo_[memo_.size()] = top();
+          break;  // MEMOIZE
+        case 'h':
+          push(memo(u(1)));
+          break;  // BINGET
+        case 'j':
+          push(memo(u(4)));
+          break;  // LONG_BINGET
+        case 't':
+          push_tuple(pop_mark());
+          break;  // TUPLE
+        case 0x85:
+          push_tuple(pop_n(1));
+          break;  // TUPLE1
+        case 0x86:
+          push_tuple(pop_n(2));
+          break;  // TUPLE2
+        case 0x87:
+          push_tuple(pop_n(3));
+          break;  // TUPLE3
+        case 'a':
+          append(pop_n(1));
+          break;  // APPEND
+        case 'e':
+          append(pop_mark());
+          break;  // APPENDS
+        case 's':
+          set_items(pop_n(2));
+          break;  // SETITEM
+        case 'u':
+          set_items(pop_mark());
+          break;  // SETITEMS
+        case 'R':
+          reduce();
+          break;  // REDUCE
+        case 'b':
+          pop();
+          break;  // BUILD: state (_metadata, hooks) does not change weights
+        case 'Q':
+          persistent_id();
+          break;  // BINPERSID
         default:
           throw InvalidArgument(file_ + ": unsupported pickle opcode 0x" + hex(op) +
                                 "; tessera reads state_dicts written by torch.save");
@@ -109,7 +189,8 @@ class Reader {
     return std::string{d[b >> 4], d[b & 15]};
   }
   const char* take(size_t n) {
-    TESSERA_CHECK(static_cast<size_t>(end_ - p_) >= n, file_, ": the pickle ends early (truncated "
+    TESSERA_CHECK(static_cast<size_t>(end_ - p_) >= n, file_,
+                  ": the pickle ends early (truncated "
                   "or not written by torch.save)");
     const char* at = p_;
     p_ += n;
@@ -119,7 +200,8 @@ class Reader {
   uint64_t u(size_t n) {
     const char* b = take(n);
     uint64_t v = 0;
-    for (size_t k = 0; k < n; ++k) v |= static_cast<uint64_t>(static_cast<uint8_t>(b[k])) << (8 * k);
+    for (size_t k = 0; k < n; ++k)
+      v |= static_cast<uint64_t>(static_cast<uint8_t>(b[k])) << (8 * k);
     return v;
   }
   int64_t long1() {
@@ -212,9 +294,9 @@ class Reader {
   }
   void persistent_id() {
     ValuePtr id = pop();
-    TESSERA_CHECK(id->kind == Value::Kind::kTuple && id->items.size() >= 5 &&
-                      id->items[0]->s == "storage",
-                  file_, ": unsupported persistent id (expected a torch storage)");
+    TESSERA_CHECK(
+        id->kind == Value::Kind::kTuple && id->items.size() >= 5 && id->items[0]->s == "storage",
+        file_, ": unsupported persistent id (expected a torch storage)");
     ValuePtr v = make(Value::Kind::kStorage);
     v->dtype = storage_dtype(id->items[1]->s, file_);
     v->s = id->items[2]->s;
@@ -268,7 +350,8 @@ class Reader {
 StateDict read_state_dict(const std::string& path) {
   {
     std::ifstream probe(path, std::ios::binary);
-    TESSERA_CHECK(probe.good(), "cannot read weights from '", path, "': no such file or unreadable");
+    TESSERA_CHECK(probe.good(), "cannot read weights from '", path,
+                  "': no such file or unreadable");
   }
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive;
   try {
@@ -277,7 +360,8 @@ StateDict read_state_dict(const std::string& path) {
     throw InvalidArgument("'" + path + "' is not a PyTorch zip archive (torch.save since 1.6 or " +
                           "tessera export), or it is truncated: " + e.what_without_backtrace());
   }
-  TESSERA_CHECK(archive->hasRecord("data.pkl"), "'", path, "' has no data.pkl: not a torch.save file");
+  TESSERA_CHECK(archive->hasRecord("data.pkl"), "'", path,
+                "' has no data.pkl: not a torch.save file");
   at::DataPtr data;
   size_t size = 0;
   try {

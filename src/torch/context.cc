@@ -1,4 +1,6 @@
 // init / shutdown / rank queries of include/tessera/torch.h.
+#include "torch/context.h"
+
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -7,7 +9,6 @@
 #include "common/knobs.h"
 #include "common/logging.h"
 #include "tessera/torch.h"
-#include "torch/context.h"
 #include "torch/memory_policy.h"
 
 namespace tessera {

@@ -90,10 +90,9 @@ DistributedOptimizer::DistributedOptimizer(
     : optimizer_(optimizer), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
   TESSERA_CHECK(options_.backward_passes_per_step >= 1,
                 "backward_passes_per_step must be >= 1, got ", options_.backward_passes_per_step);
-  TESSERA_CHECK(options_.compression == Compression::kNone ||
-                    options_.op == ReduceOp::kAverage || options_.op == ReduceOp::kSum,
-                "compressed gradients are averaged or summed; got ",
-                reduce_op_name(options_.op));
+  TESSERA_CHECK(options_.compression == Compression::kNone || options_.op == ReduceOp::kAverage ||
+                    options_.op == ReduceOp::kSum,
+                "compressed gradients are averaged or summed; got ", reduce_op_name(options_.op));
   impl_->options = options_;
   for (const auto& kv : named_parameters) {
     if (!kv.value().requires_grad()) continue;
@@ -140,9 +139,12 @@ torch::Tensor DistributedOptimizer::Impl::wire_of(Param& p) {
   torch::Tensor& grad = p.tensor.mutable_grad();
   if (!grad.defined()) grad = torch::zeros_like(p.tensor);  // unused this step: reduce zeros
   switch (options.compression) {
-    case Compression::kNone: return grad;
-    case Compression::kFloat16: return grad.to(torch::kHalf);
-    case Compression::kBFloat16: return grad.to(torch::kBFloat16);
+    case Compression::kNone:
+      return grad;
+    case Compression::kFloat16:
+      return grad.to(torch::kHalf);
+    case Compression::kBFloat16:
+      return grad.to(torch::kBFloat16);
   }
   return grad;
 }
@@ -150,8 +152,8 @@ torch::Tensor DistributedOptimizer::Impl::wire_of(Param& p) {
 void DistributedOptimizer::Impl::enqueue_one(size_t i) {
   Param& p = params[i];
   p.wire = wire_of(p);
-  p.handle = allreduce_async_(p.wire, options.prefix + p.name, options.op, 1.0, 1.0,
-                              options.process_set);
+  p.handle =
+      allreduce_async_(p.wire, options.prefix + p.name, options.op, 1.0, 1.0, options.process_set);
   p.enqueued = true;
 }
 
@@ -179,7 +181,8 @@ void DistributedOptimizer::Impl::on_gradient(size_t i) {
   if (p.passes > options.backward_passes_per_step) {
     throw InvalidArgument(
         "DistributedOptimizer: backward produced a gradient for '" + p.name + "' " +
-        std::to_string(p.passes) + " times since the last step(), but backward_passes_per_step is " +
+        std::to_string(p.passes) +
+        " times since the last step(), but backward_passes_per_step is " +
         std::to_string(options.backward_passes_per_step) +
         ": call step() after every backward_passes_per_step backward passes (or raise it)");
   }

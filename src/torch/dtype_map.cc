@@ -7,14 +7,22 @@ namespace detail {
 
 DataType to_dtype(c10::ScalarType type, const std::string& tensor_name) {
   switch (type) {
-    case c10::ScalarType::Float: return DataType::kFloat32;
-    case c10::ScalarType::Double: return DataType::kFloat64;
-    case c10::ScalarType::Half: return DataType::kFloat16;
-    case c10::ScalarType::BFloat16: return DataType::kBFloat16;
-    case c10::ScalarType::Int: return DataType::kInt32;
-    case c10::ScalarType::Long: return DataType::kInt64;
-    case c10::ScalarType::Byte: return DataType::kUInt8;
-    default: break;
+    case c10::ScalarType::Float:
+      return DataType::kFloat32;
+    case c10::ScalarType::Double:
+      return DataType::kFloat64;
+    case c10::ScalarType::Half:
+      return DataType::kFloat16;
+    case c10::ScalarType::BFloat16:
+      return DataType::kBFloat16;
+    case c10::ScalarType::Int:
+      return DataType::kInt32;
+    case c10::ScalarType::Long:
+      return DataType::kInt64;
+    case c10::ScalarType::Byte:
+      return DataType::kUInt8;
+    default:
+      break;
   }
   throw InvalidArgument("'" + tensor_name + "': tensors of type " +
                         std::string(c10::toString(type)) +
@@ -24,13 +32,20 @@ DataType to_dtype(c10::ScalarType type, const std::string& tensor_name) {
 
 c10::ScalarType to_scalar_type(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32: return c10::ScalarType::Float;
-    case DataType::kFloat64: return c10::ScalarType::Double;
-    case DataType::kFloat16: return c10::ScalarType::Half;
-    case DataType::kBFloat16: return c10::ScalarType::BFloat16;
-    case DataType::kInt32: return c10::ScalarType::Int;
-    case DataType::kInt64: return c10::ScalarType::Long;
-    case DataType::kUInt8: return c10::ScalarType::Byte;
+    case DataType::kFloat32:
+      return c10::ScalarType::Float;
+    case DataType::kFloat64:
+      return c10::ScalarType::Double;
+    case DataType::kFloat16:
+      return c10::ScalarType::Half;
+    case DataType::kBFloat16:
+      return c10::ScalarType::BFloat16;
+    case DataType::kInt32:
+      return c10::ScalarType::Int;
+    case DataType::kInt64:
+      return c10::ScalarType::Long;
+    case DataType::kUInt8:
+      return c10::ScalarType::Byte;
   }
   TESSERA_ASSERT(false, "unknown dtype");
   return c10::ScalarType::Float;

@@ -27,8 +27,9 @@ void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputA
   torch::Tensor size;
   options.read("size", size);
   auto& groups = optimizer.param_groups();
-  TESSERA_CHECK(size.item<int64_t>() == static_cast<int64_t>(groups.size()), "the saved optimizer has ",
-                size.item<int64_t>(), " parameter groups, this one ", groups.size());
+  TESSERA_CHECK(size.item<int64_t>() == static_cast<int64_t>(groups.size()),
+                "the saved optimizer has ", size.item<int64_t>(), " parameter groups, this one ",
+                groups.size());
   optimizer.load(state);
   for (size_t i = 0; i < groups.size(); ++i) {
     torch::serialize::InputArchive group;

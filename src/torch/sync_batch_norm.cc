@@ -35,11 +35,11 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const int64_t c = x.size(1);
     const auto dims = reduce_dims(x);
     torch::Tensor xd = x.to(torch::kFloat64);
-    torch::Tensor local = torch::cat({xd.sum(dims), (xd * xd).sum(dims),
-                                      torch::full({1}, static_cast<double>(x.numel() / c),
-                                                  torch::kFloat64)});
-    torch::Tensor global = allreduce(local, name + ".stats", ReduceOp::kSum, 1.0, 1.0,
-                                     static_cast<int>(process_set));
+    torch::Tensor local =
+        torch::cat({xd.sum(dims), (xd * xd).sum(dims),
+                    torch::full({1}, static_cast<double>(x.numel() / c), torch::kFloat64)});
+    torch::Tensor global =
+        allreduce(local, name + ".stats", ReduceOp::kSum, 1.0, 1.0, static_cast<int>(process_set));
     const double m = global[2 * c].item<double>();
     TESSERA_CHECK(m > 1, "SyncBatchNorm '", name, "': ", m,
                   " value(s) per channel over all ranks; training needs more than 1");
@@ -55,7 +55,6 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     ctx->saved_data["name"] = name;
     ctx->saved_data["process_set"] = process_set;
     ctx->saved_data["m"] = m;
-    ctx->mark_non_differentiable({stats_out});
     return y.to(x.scalar_type());
   }
 
@@ -76,14 +75,14 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
                                      ReduceOp::kSum, 1.0, 1.0, process_set);
     torch::Tensor sum_dy = global.slice(0, 0, c), sum_dy_xmu = global.slice(0, c, 2 * c);
     torch::Tensor w = weight.defined() ? weight.to(torch::kFloat64) : torch::ones_like(mean);
-    torch::Tensor dx = per_channel(w * invstd, x) *
-                       (dy - per_channel(sum_dy / m, x) -
-                        xmu * per_channel(invstd * invstd * sum_dy_xmu / m, x));
+    torch::Tensor dx =
+        per_channel(w * invstd, x) *
+        (dy - per_channel(sum_dy / m, x) - xmu * per_channel(invstd * invstd * sum_dy_xmu / m, x));
     torch::Tensor dweight, dbias;
     if (weight.defined()) dweight = (local_dy_xmu * invstd).to(weight.scalar_type());
     if (weight.defined()) dbias = local_dy.to(weight.scalar_type());
-    return {dx.to(x.scalar_type()), dweight, dbias, torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor()};
+    return {dx.to(x.scalar_type()), dweight,         dbias,          torch::Tensor(),
+            torch::Tensor(),        torch::Tensor(), torch::Tensor()};
   }
 };
 

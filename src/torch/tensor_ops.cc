@@ -1,6 +1,5 @@
 // Collectives on torch::Tensor: each call checks the tensor, makes it contiguous (a copy only
 // when it is not), enqueues on the engine and returns a handle that keeps the tensors alive.
-#include <c10/util/irange.h>
 
 #include "common/error.h"
 #include "engine/engine.h"
@@ -171,10 +170,11 @@ TensorHandle allgather_async(const torch::Tensor& tensor, const std::string& nam
                              int process_set) {
   torch::Tensor in = contiguous_cpu(tensor, "allgather");
   TESSERA_CHECK(in.dim() >= 1, "allgather needs a tensor with at least one dimension");
-  engine::Request r = make_request(engine::OpType::kAllgather, name_or_auto(name, "allgather"),
-                                   in, torch::Tensor(), process_set);
+  engine::Request r = make_request(engine::OpType::kAllgather, name_or_auto(name, "allgather"), in,
+                                   torch::Tensor(), process_set);
   TensorHandle h;
-  TensorOps::set(h, global_engine().enqueue(std::move(r)), in, torch::Tensor(), torch::Tensor(), true);
+  TensorOps::set(h, global_engine().enqueue(std::move(r)), in, torch::Tensor(), torch::Tensor(),
+                 true);
   return h;
 }
 
@@ -186,8 +186,8 @@ torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name, in
 TensorHandle broadcast_async(const torch::Tensor& tensor, int root, const std::string& name,
                              int process_set) {
   torch::Tensor buf = contiguous_cpu(tensor, "broadcast").clone();
-  engine::Request r = make_request(engine::OpType::kBroadcast, name_or_auto(name, "broadcast"),
-                                   buf, buf, process_set);
+  engine::Request r = make_request(engine::OpType::kBroadcast, name_or_auto(name, "broadcast"), buf,
+                                   buf, process_set);
   r.spec.root = root;
   TensorHandle h;
   TensorOps::set(h, global_engine().enqueue(std::move(r)), buf, buf, torch::Tensor(), false);
@@ -203,8 +203,8 @@ torch::Tensor broadcast(const torch::Tensor& tensor, int root, const std::string
 torch::Tensor& broadcast_(torch::Tensor& tensor, int root, const std::string& name,
                           int process_set) {
   torch::Tensor buf = contiguous_cpu(tensor, "broadcast_");
-  engine::Request r = make_request(engine::OpType::kBroadcast, name_or_auto(name, "broadcast"),
-                                   buf, buf, process_set);
+  engine::Request r = make_request(engine::OpType::kBroadcast, name_or_auto(name, "broadcast"), buf,
+                                   buf, process_set);
   r.spec.root = root;
   TensorHandle h;
   TensorOps::set(h, global_engine().enqueue(std::move(r)), buf, buf, tensor, false);
@@ -212,12 +212,11 @@ torch::Tensor& broadcast_(torch::Tensor& tensor, int root, const std::string& na
   return tensor;
 }
 
-TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name,
-                            int process_set) {
+TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name, int process_set) {
   torch::Tensor in = contiguous_cpu(tensor, "alltoall");
   torch::Tensor out = torch::empty_like(in);
-  engine::Request r = make_request(engine::OpType::kAlltoall, name_or_auto(name, "alltoall"), in,
-                                   out, process_set);
+  engine::Request r =
+      make_request(engine::OpType::kAlltoall, name_or_auto(name, "alltoall"), in, out, process_set);
   TensorHandle h;
   TensorOps::set(h, global_engine().enqueue(std::move(r)), in, out, torch::Tensor(), false);
   return h;

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -27,8 +26,8 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
   torch::manual_seed(0);
   models::ModelSpec spec;
   spec.name = o.model;
-  spec.num_classes = o.num_classes > 0 ? o.num_classes
-                                       : (task == models::Task::kClassification ? 1000 : 21);
+  spec.num_classes =
+      o.num_classes > 0 ? o.num_classes : (task == models::Task::kClassification ? 1000 : 21);
   models::Model model = models::make_model(spec);
   model.module().train();
   broadcast_parameters(model.module(), 0);
@@ -42,8 +41,8 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
   torch::Tensor x = torch::randn({o.batch_size, 3, o.image_size, o.image_size});
   torch::Tensor y = task == models::Task::kClassification
                         ? torch::randint(spec.num_classes, {o.batch_size}, torch::kLong)
-                        : torch::randint(spec.num_classes, {o.batch_size, o.image_size,
-                                                            o.image_size}, torch::kLong);
+                        : torch::randint(spec.num_classes,
+                                         {o.batch_size, o.image_size, o.image_size}, torch::kLong);
   auto one_batch = [&] {
     opt.zero_grad();
     torch::nn::functional::cross_entropy(model.forward(x), y).backward();
@@ -51,11 +50,11 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
   };
   const bool root = rank() == 0;
   if (root) {
-    std::printf("Model: %s\nBatch size: %lld\nImage size: %lld\nNumber of ranks: %d\n"
-                "Threads per rank: %d\nMemory policy: %s\n",
-                o.model.c_str(), static_cast<long long>(o.batch_size),
-                static_cast<long long>(o.image_size), size(), o.threads,
-                knobs().malloc_policy.c_str());
+    std::printf(
+        "Model: %s\nBatch size: %lld\nImage size: %lld\nNumber of ranks: %d\n"
+        "Threads per rank: %d\nMemory policy: %s\n",
+        o.model.c_str(), static_cast<long long>(o.batch_size), static_cast<long long>(o.image_size),
+        size(), o.threads, knobs().malloc_policy.c_str());
     std::printf("Running warmup...\n");
     std::fflush(stdout);
   }
@@ -66,8 +65,7 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
   for (int it = 0; it < o.iters; ++it) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int b = 0; b < o.batches_per_iter; ++b) one_batch();
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rates.push_back(static_cast<double>(o.batch_size * o.batches_per_iter) / s);
     if (root) {
       std::printf("Iter #%d: %.2f img/sec per rank\n", it, rates.back());

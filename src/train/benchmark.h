@@ -13,20 +13,20 @@ struct TrainBenchOptions {
   std::string model = "resnet50";
   int64_t batch_size = 32;
   int64_t image_size = 224;
-  int warmup = 10;           // batches before timing
-  int iters = 10;            // timed iterations
+  int warmup = 10;  // batches before timing
+  int iters = 10;   // timed iterations
   int batches_per_iter = 10;
   int threads = 1;
-  int64_t num_classes = 0;   // 0: 1000 (classification) or 21 (segmentation)
+  int64_t num_classes = 0;  // 0: 1000 (classification) or 21 (segmentation)
   std::string compression = "none";
   int groups = 0;
-  std::string json;          // also write the figures here (rank 0)
+  std::string json;  // also write the figures here (rank 0)
 };
 
 struct TrainBenchResult {
   double per_rank_mean = 0, per_rank_ci = 0;  // img/s, 1.96 standard deviations
   double total_mean = 0, total_ci = 0;
-  double minor_faults_per_batch = 0;          // this rank's page faults, a measure of the policy
+  double minor_faults_per_batch = 0;  // this rank's page faults, a measure of the policy
 };
 
 TrainBenchResult run_train_benchmark(const TrainBenchOptions& options);

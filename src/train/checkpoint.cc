@@ -79,8 +79,8 @@ CheckpointMeta restore_checkpoint(const std::string& bytes, const std::string& s
     module.load(model);
     detail::load_optimizer(optimizer, optim);
   } catch (const c10::Error& e) {
-    throw InvalidArgument("checkpoint '" + source + "' does not fit the model: " +
-                          e.what_without_backtrace());
+    throw InvalidArgument("checkpoint '" + source +
+                          "' does not fit the model: " + e.what_without_backtrace());
   }
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());

@@ -15,8 +15,8 @@ void accumulate_confusion(torch::Tensor& confusion, const torch::Tensor& predict
   t = t.masked_select(keep);
   p = p.masked_select(keep);
   TESSERA_CHECK(t.numel() == 0 || (t.min().item<int64_t>() >= 0 && t.max().item<int64_t>() < k),
-                "a target class is outside 0..", k - 1, " (and not the ignore index ",
-                ignore_index, ")");
+                "a target class is outside 0..", k - 1, " (and not the ignore index ", ignore_index,
+                ")");
   confusion += torch::bincount(t * k + p, {}, k * k).view({k, k}).to(torch::kLong);
 }
 

@@ -30,7 +30,8 @@ double LrSchedule::at(int64_t step) const {
   const double t = static_cast<double>(step - warmup_steps);
   const double span = static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
   switch (kind) {
-    case ScheduleKind::kConstant: return top;
+    case ScheduleKind::kConstant:
+      return top;
     case ScheduleKind::kStep: {
       double lr = top;
       for (int64_t m : milestones) {
@@ -40,7 +41,8 @@ double LrSchedule::at(int64_t step) const {
     }
     case ScheduleKind::kCosine:
       return 0.5 * top * (1.0 + std::cos(M_PI * std::min(1.0, t / span)));
-    case ScheduleKind::kPoly: return top * std::pow(std::max(0.0, 1.0 - t / span), power);
+    case ScheduleKind::kPoly:
+      return top * std::pow(std::max(0.0, 1.0 - t / span), power);
   }
   return top;
 }

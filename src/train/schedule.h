@@ -15,9 +15,9 @@ enum class ScheduleKind { kConstant, kStep, kCosine, kPoly };
 ScheduleKind parse_schedule(const std::string& name);
 
 struct LrSchedule {
-  double base_lr = 0.1;         // for a global batch of base_batch
-  int64_t base_batch = 256;     // Goyal et al.'s reference
-  int64_t global_batch = 256;   // ranks x per-rank batch
+  double base_lr = 0.1;        // for a global batch of base_batch
+  int64_t base_batch = 256;    // Goyal et al.'s reference
+  int64_t global_batch = 256;  // ranks x per-rank batch
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
   ScheduleKind kind = ScheduleKind::kConstant;

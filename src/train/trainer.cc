@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.h"
@@ -96,8 +95,8 @@ Evaluation evaluate(const models::Model& model, const data::SyntheticShapes& val
     const size_t end = std::min(mine.size(), begin + static_cast<size_t>(batch));
     data::Batch b = val.get(std::vector<int64_t>(mine.begin() + static_cast<long>(begin),
                                                  mine.begin() + static_cast<long>(end)));
-    torch::Tensor pred = model.forward(b.images.to(model.module().parameters().front().scalar_type()))
-                             .argmax(1);
+    torch::Tensor pred =
+        model.forward(b.images.to(model.module().parameters().front().scalar_type())).argmax(1);
     accumulate_confusion(confusion, pred,
                          model.task() == models::Task::kClassification ? b.labels : b.masks);
   }
@@ -151,9 +150,9 @@ TrainResult run_training(const TrainOptions& o) {
   }
   if (dist) broadcast_parameters(net, 0);
 
-  torch::optim::SGD sgd(net.parameters(), torch::optim::SGDOptions(o.lr)
-                                              .momentum(o.momentum)
-                                              .weight_decay(o.weight_decay));
+  torch::optim::SGD sgd(
+      net.parameters(),
+      torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
   std::unique_ptr<DistributedOptimizer> dopt;
   if (dist) {
     DistributedOptions d;
@@ -199,8 +198,9 @@ TrainResult run_training(const TrainOptions& o) {
     start = restore_checkpoint(bytes, o.resume, meta, net, sgd).step;
     TESSERA_CHECK(start <= total, "checkpoint '", o.resume, "' is at step ", start,
                   ", past this run's ", total, " steps");
-    if (talk) std::printf("resumed from %s at step %lld\n", o.resume.c_str(),
-                          static_cast<long long>(start));
+    if (talk)
+      std::printf("resumed from %s at step %lld\n", o.resume.c_str(),
+                  static_cast<long long>(start));
   }
 
   std::ofstream metrics;
@@ -217,18 +217,24 @@ TrainResult run_training(const TrainOptions& o) {
     meta.epoch = steps_done / per_epoch;
     if (root) write_checkpoint(o.checkpoint, net, sgd, meta);
   };
-  const std::string metric_name =
-      task == models::Task::kClassification ? "accuracy" : "miou";
+  const std::string metric_name = task == models::Task::kClassification ? "accuracy" : "miou";
   auto run_eval = [&](int64_t steps_done) {
     Evaluation e = evaluate(model, val_set, o.batch_size, num_classes, dist, me, world);
     if (talk) {
-      std::printf("eval  step %lld: %s %.4f (pixel/sample accuracy %.4f)\n",
-                  static_cast<long long>(steps_done), metric_name.c_str(), e.metric, e.accuracy);
+      if (task == models::Task::kSegmentation) {
+        std::printf("eval  step %lld: miou %.4f (pixel accuracy %.4f)\n",
+                    static_cast<long long>(steps_done), e.metric, e.accuracy);
+      } else {
+        std::printf("eval  step %lld: accuracy %.4f\n", static_cast<long long>(steps_done),
+                    e.metric);
+      }
       std::fflush(stdout);
     }
     if (metrics.is_open()) {
-      metrics << nlohmann::json{{"type", "eval"},     {"step", steps_done},
-                                {metric_name, e.metric}, {"accuracy", e.accuracy}}
+      metrics << nlohmann::json{{"type", "eval"},
+                                {"step", steps_done},
+                                {metric_name, e.metric},
+                                {"accuracy", e.accuracy}}
                      .dump()
               << "\n"
               << std::flush;
@@ -290,8 +296,8 @@ TrainResult run_training(const TrainOptions& o) {
     if (o.on_step) o.on_step(done, net);
 
     if (done % o.log_every == 0 || done == end) {
-      torch::Tensor l = torch::tensor({interval_loss / static_cast<double>(interval_steps)},
-                                      torch::kFloat64);
+      torch::Tensor l =
+          torch::tensor({interval_loss / static_cast<double>(interval_steps)}, torch::kFloat64);
       if (dist) allreduce_(l, "train.loss", ReduceOp::kAverage);
       const double secs = seconds_between(interval_start, Clock::now());
       const double ips = static_cast<double>(interval_steps * world * o.batch_size) / secs;
@@ -307,9 +313,12 @@ TrainResult run_training(const TrainOptions& o) {
         std::fflush(stdout);
       }
       if (metrics.is_open()) {
-        metrics << nlohmann::json{{"type", "train"}, {"step", done},
-                                  {"epoch", step / per_epoch}, {"loss", result.final_loss},
-                                  {"lr", lr}, {"img_per_s", ips}}
+        metrics << nlohmann::json{{"type", "train"},
+                                  {"step", done},
+                                  {"epoch", step / per_epoch},
+                                  {"loss", result.final_loss},
+                                  {"lr", lr},
+                                  {"img_per_s", ips}}
                        .dump()
                 << "\n"
                 << std::flush;

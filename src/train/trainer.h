@@ -22,27 +22,27 @@ struct TrainOptions {
   int64_t batch_size = 8;     // per rank
   int64_t epochs = 1;         // used when steps == 0
   int64_t steps = 0;
-  double lr = 0.1;            // for a global batch of base_batch (linear scaling rule)
+  double lr = 0.1;  // for a global batch of base_batch (linear scaling rule)
   int64_t base_batch = 256;
-  double warmup_epochs = 0;   // gradual warm-up (Goyal et al.)
+  double warmup_epochs = 0;  // gradual warm-up (Goyal et al.)
   std::string lr_schedule = "cosine";
   std::vector<double> lr_milestones;  // step schedule, in epochs
   double lr_gamma = 0.1;
   double momentum = 0.9;
   double weight_decay = 1e-4;
-  int threads = 1;            // intra-op threads per rank
+  int threads = 1;  // intra-op threads per rank
   uint64_t seed = 42;
-  int64_t eval_every = 0;     // steps; 0: only at the end
+  int64_t eval_every = 0;  // steps; 0: only at the end
   int64_t log_every = 10;
-  std::string metrics;        // JSON lines (rank 0)
-  std::string timeline;       // Chrome trace (rank 0's engine, with FORWARD/BACKWARD spans)
-  std::string checkpoint;     // written at the end and every checkpoint_every steps
+  std::string metrics;     // JSON lines (rank 0)
+  std::string timeline;    // Chrome trace (rank 0's engine, with FORWARD/BACKWARD spans)
+  std::string checkpoint;  // written at the end and every checkpoint_every steps
   int64_t checkpoint_every = 0;
-  std::string resume;         // a checkpoint to continue from
+  std::string resume;  // a checkpoint to continue from
   // Stop after this many steps (of `steps`/`epochs`, whose schedule still applies) and write
   // the checkpoint: a run split into jobs, e.g. under a batch system's time limit. 0: never.
   int64_t stop_at = 0;
-  std::string init_from;      // weights from torch.save(model.state_dict()) or tessera export
+  std::string init_from;  // weights from torch.save(model.state_dict()) or tessera export
   bool sync_bn = false;
   // "f32" or "f64": the model's parameters and the inputs (f64 for exact comparisons).
   std::string precision = "f32";
@@ -50,7 +50,7 @@ struct TrainOptions {
   int backward_passes_per_step = 1;
   int groups = 0;
   std::string compression = "none";
-  bool quiet = false;         // no progress lines (tests)
+  bool quiet = false;  // no progress lines (tests)
   // Train without any collective, as a single process would (the equivalence test's reference).
   bool local_only = false;
   // Called after each step with the number of steps done and the model (tests).
@@ -58,9 +58,9 @@ struct TrainOptions {
 };
 
 struct TrainResult {
-  int64_t steps = 0;       // steps completed in total (including before a resume)
-  double final_loss = 0;   // mean over ranks of the last logged interval
-  double metric = 0;       // accuracy (classification) or mean IoU (segmentation)
+  int64_t steps = 0;      // steps completed in total (including before a resume)
+  double final_loss = 0;  // mean over ranks of the last logged interval
+  double metric = 0;      // accuracy (classification) or mean IoU (segmentation)
   std::string metric_name;
   std::string checkpoint;  // path written last, if any
   double images_per_second = 0;

@@ -60,10 +60,9 @@ TEST_F(EngineTest, IdleCyclesBackOffAndWakeForWork) {
   EXPECT_LT(idle_cycles, 60u) << idle_cycles << " cycles in 400 ms of idling";
   EXPECT_GT(idle_cycles, 10u);
   const auto t0 = std::chrono::steady_clock::now();
-  engine.enqueue_allreduce("after.idle", &x, &y, DataType::kFloat32, {1}, ReduceOp::kSum)
-      .wait(30);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                        .count();
+  engine.enqueue_allreduce("after.idle", &x, &y, DataType::kFloat32, {1}, ReduceOp::kSum).wait(30);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(y, static_cast<float>(world_->size()));
   EXPECT_LT(ms, 200.0);  // one back-off interval plus scheduling noise on shared cores
   // Back at the cycle time once there is work: a burst of small collectives is not slowed.

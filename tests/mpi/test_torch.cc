@@ -8,28 +8,16 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "mpi/torch_test_util.h"
 #include "tessera/torch.h"
 
 namespace tessera {
 namespace {
 
-// The engine stops after the last test, while MPI is still up (the gtest main finalises it).
-class ShutdownAtEnd : public ::testing::Environment {
- public:
-  void TearDown() override { shutdown(); }
-};
-const auto* const kShutdown = ::testing::AddGlobalTestEnvironment(new ShutdownAtEnd);
+using testing::TorchTest;
 
-// tessera::init() once for the whole binary (the gtest main initialised MPI already).
-class TorchTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { init(); }
-  int r() const { return rank(); }
-  int n() const { return size(); }
-};
-
-const std::vector<torch::ScalarType> kTypes = {torch::kFloat, torch::kDouble, torch::kHalf,
-                                               torch::kBFloat16, torch::kInt, torch::kLong,
+const std::vector<torch::ScalarType> kTypes = {torch::kFloat,    torch::kDouble, torch::kHalf,
+                                               torch::kBFloat16, torch::kInt,    torch::kLong,
                                                torch::kByte};
 
 TEST_F(TorchTest, AllreduceEveryDtypeAgainstClosedForm) {
@@ -136,8 +124,8 @@ TEST_F(TorchTest, BroadcastParametersAndOptimizerState) {
     torch::Tensor all = allgather(kv.value().unsqueeze(0).to(torch::kDouble), "checkb." + kv.key());
     for (int k = 1; k < n(); ++k) EXPECT_TRUE(torch::equal(all[k], all[0])) << kv.key();
   }
-  EXPECT_DOUBLE_EQ(
-      static_cast<torch::optim::SGDOptions&>(sgd.param_groups()[0].options()).lr(), 0.25);
+  EXPECT_DOUBLE_EQ(static_cast<torch::optim::SGDOptions&>(sgd.param_groups()[0].options()).lr(),
+                   0.25);
   // The next step moves every replica identically (momentum buffers came along).
   torch::manual_seed(7);
   net->zero_grad();
@@ -325,8 +313,8 @@ TEST_F(TorchTest, SyncBatchNormMatchesBatchNormOnTheConcatenatedBatch) {
   EXPECT_TRUE(torch::allclose(y, y_ref.narrow(0, offset, mine), 1e-10, 1e-10));
   EXPECT_TRUE(torch::allclose(x.grad(), full.grad().narrow(0, offset, mine), 1e-10, 1e-10));
   // Parameter gradients are each rank's share: their sum is the reference gradient.
-  EXPECT_TRUE(torch::allclose(allreduce(bn->weight.grad(), "wsum", ReduceOp::kSum),
-                              w_ref.grad(), 1e-10, 1e-10));
+  EXPECT_TRUE(torch::allclose(allreduce(bn->weight.grad(), "wsum", ReduceOp::kSum), w_ref.grad(),
+                              1e-10, 1e-10));
   EXPECT_TRUE(torch::allclose(allreduce(bn->bias.grad(), "bsum", ReduceOp::kSum), b_ref.grad(),
                               1e-10, 1e-10));
   EXPECT_TRUE(torch::allclose(bn->running_mean, rm, 1e-10, 1e-10));
@@ -339,7 +327,8 @@ TEST_F(TorchTest, SyncBatchNormMatchesBatchNormOnTheConcatenatedBatch) {
 struct TinyNet : torch::nn::Module {
   explicit TinyNet(bool sync) {
     torch::manual_seed(5);
-    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).bias(false)));
+    conv =
+        register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).bias(false)));
     BatchNormOptions o;
     o.num_features = 4;
     o.sync = sync;
@@ -384,7 +373,8 @@ TEST_F(TorchTest, SyncBatchNormTrainingMatchesOneProcessStepByStep) {
     auto pd = dist->named_parameters(), pr = ref->named_parameters();
     for (const auto& kv : pd) {
       EXPECT_TRUE(torch::allclose(kv.value(), pr[kv.key()], 1e-5, 1e-6))
-          << "step " << step << " " << kv.key() << "\n" << kv.value() << pr[kv.key()];
+          << "step " << step << " " << kv.key() << "\n"
+          << kv.value() << pr[kv.key()];
     }
   }
 }

@@ -5,28 +5,20 @@
 
 #include <cstdio>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
+#include "mpi/torch_test_util.h"
 #include "train/trainer.h"
 
 namespace tessera {
 namespace {
 
-// The engine stops after the last test, while MPI is still up (the gtest main finalises it).
-class ShutdownAtEnd : public ::testing::Environment {
- public:
-  void TearDown() override { shutdown(); }
-};
-const auto* const kShutdown = ::testing::AddGlobalTestEnvironment(new ShutdownAtEnd);
-
-class TrainTest : public ::testing::Test {
+class TrainTest : public testing::TorchTest {
  protected:
-  static void SetUpTestSuite() { init(); }
   // A path every rank agrees on (rank 0's temp dir, which is the same machine in tests).
   static std::string path(const std::string& name) {
     return ::testing::TempDir() + "/tessera_train_np" + std::to_string(size()) + "_" + name;
@@ -234,8 +226,7 @@ TEST_F(TrainTest, BadInputIsAClearErrorOnEveryRank) {
     models::ModelSpec spec;
     spec.name = "resnet18";
     spec.num_classes = 10;
-    models::write_state_dict(models::state_dict(models::make_model(spec).module()),
-                             path("ten.pt"));
+    models::write_state_dict(models::state_dict(models::make_model(spec).module()), path("ten.pt"));
   }
   allreduce(torch::zeros({1}), "sync.ten");
   o = small();

@@ -5,7 +5,6 @@
 #include <set>
 
 #include "common/error.h"
-
 #include "models/registry.h"
 #include "models/state_dict.h"
 

@@ -164,13 +164,11 @@ TEST(Checkpoint, RoundTripRestoresModelOptimizerAndRng) {
                               sgd2);
     FAIL();
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("'half.pt' is truncated"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("'half.pt' is truncated"), std::string::npos) << e.what();
   }
   train::CheckpointMeta other = meta;
   other.model = "resnet50";
-  EXPECT_THROW(train::restore_checkpoint(bytes, "x.pt", other, m2.module(), sgd2),
-               InvalidArgument);
+  EXPECT_THROW(train::restore_checkpoint(bytes, "x.pt", other, m2.module(), sgd2), InvalidArgument);
 }
 
 TEST(AtomicFile, ReplacesWholeOrNotAtAll) {
