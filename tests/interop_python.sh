@@ -31,6 +31,8 @@ m.load_state_dict(back, strict=True)  # raises on any missing, unexpected or mis
 for k, v in original.items():
     if not torch.equal(v, back[k]):
         raise SystemExit(f"{k} differs after the round trip")
+if list(back.keys()) != list(original.keys()):
+    raise SystemExit("tessera lists the tensors in another order than torchvision")
 print(f"{sys.argv[3]}: {len(back)} tensors round-tripped bit for bit, strict load into torchvision")
 PYEOF
 done

@@ -35,8 +35,11 @@ class BasicBlockImpl : public torch::nn::Module {
     out = bn2(conv2(out));
     return torch::relu(out + identity);
   }
-  torch::nn::Conv2d conv1, conv2;
-  BatchNorm2d bn1, bn2;
+  // Declared in torchvision's registration order (members are initialised in this order).
+  torch::nn::Conv2d conv1;
+  BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  BatchNorm2d bn2;
   torch::nn::Sequential downsample;
 };
 TORCH_MODULE(BasicBlock);
@@ -64,8 +67,13 @@ class BottleneckImpl : public torch::nn::Module {
     out = bn3(conv3(out));
     return torch::relu(out + identity);
   }
-  torch::nn::Conv2d conv1, conv2, conv3;
-  BatchNorm2d bn1, bn2, bn3;
+  // Declared in torchvision's registration order (members are initialised in this order).
+  torch::nn::Conv2d conv1;
+  BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  BatchNorm2d bn2;
+  torch::nn::Conv2d conv3;
+  BatchNorm2d bn3;
   torch::nn::Sequential downsample;
 };
 TORCH_MODULE(Bottleneck);

@@ -9,9 +9,20 @@ namespace tessera {
 namespace models {
 
 StateDict state_dict(const torch::nn::Module& module) {
+  // PyTorch's order: module by module (pre-order), each one's parameters, then its buffers.
   StateDict out;
-  for (const auto& kv : module.named_parameters()) out.emplace_back(kv.key(), kv.value());
-  for (const auto& kv : module.named_buffers()) out.emplace_back(kv.key(), kv.value());
+  auto add_own = [&](const std::string& prefix, const torch::nn::Module& m) {
+    for (const auto& kv : m.named_parameters(/*recurse=*/false)) {
+      out.emplace_back(prefix + kv.key(), kv.value());
+    }
+    for (const auto& kv : m.named_buffers(/*recurse=*/false)) {
+      out.emplace_back(prefix + kv.key(), kv.value());
+    }
+  };
+  add_own("", module);
+  for (const auto& kv : module.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    add_own(kv.key() + ".", *kv.value());
+  }
   return out;
 }
 

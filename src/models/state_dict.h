@@ -18,7 +18,8 @@ namespace models {
 
 using StateDict = std::vector<std::pair<std::string, torch::Tensor>>;
 
-// Parameters then buffers, by their dotted names, as torch.nn.Module.state_dict() lists them.
+// Parameters and buffers by their dotted names, in torch.nn.Module.state_dict()'s order (module
+// by module, each one's parameters then its buffers).
 StateDict state_dict(const torch::nn::Module& module);
 // Writes `dict` to `path` atomically (temporary file, flushed, renamed).
 void write_state_dict(const StateDict& dict, const std::string& path);
