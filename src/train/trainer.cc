@@ -191,8 +191,12 @@ TrainResult run_training(const TrainOptions& o) {
   int64_t start = 0;
   if (!o.resume.empty()) {
     const std::string bytes = on_root(dist, "resume.bytes", [&] {
-      std::vector<char> b = read_file(o.resume);
-      return std::string(b.begin(), b.end());
+      try {
+        std::vector<char> b = read_file(o.resume);
+        return std::string(b.begin(), b.end());
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(std::string("--resume: ") + e.what());
+      }
     });
     // Every rank restores from the same bytes, so every rank fails alike on a bad file.
     start = restore_checkpoint(bytes, o.resume, meta, net, sgd).step;
