@@ -176,8 +176,8 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
   if (const char* v = get("TESSERA_MALLOC_POLICY")) {
     const std::string s = v;
     if (s != "keep" && s != "system") {
-      throw InvalidArgument("TESSERA_MALLOC_POLICY: '" + s +
-                            "' is not a policy; accepted: keep, system");
+      throw InvalidArgument("TESSERA_MALLOC_POLICY='" + s +
+                            "' is not a memory policy; accepted: keep, system");
     }
     k.malloc_policy = s;
   }

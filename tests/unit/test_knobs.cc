@@ -29,6 +29,8 @@ TEST(Knobs, DefaultsWhenUnset) {
   EXPECT_EQ(k.timeout_s, 300.0);
   EXPECT_TRUE(k.allreduce.empty());
   EXPECT_EQ(k.log_level, LogLevel::kWarning);
+  EXPECT_EQ(k.malloc_policy, "keep");
+  EXPECT_EQ(k.idle_backoff_ms, 8.0);
 }
 
 TEST(Knobs, ParsesEveryKnob) {
@@ -39,7 +41,11 @@ TEST(Knobs, ParsesEveryKnob) {
                          {"TESSERA_TIMEOUT", "2.5"},
                          {"TESSERA_ALLREDUCE", "ring"},
                          {"TESSERA_LOG_LEVEL", "debug"},
-                         {"TESSERA_COST_TABLE", "/tmp/t.json"}});
+                         {"TESSERA_COST_TABLE", "/tmp/t.json"},
+                         {"TESSERA_MALLOC_POLICY", "system"},
+                         {"TESSERA_IDLE_BACKOFF", "20"}});
+  EXPECT_EQ(k.malloc_policy, "system");
+  EXPECT_EQ(k.idle_backoff_ms, 20.0);
   EXPECT_EQ(k.ranks_per_node, 2);
   EXPECT_EQ(k.colors, 3);
   EXPECT_EQ(k.segment_bytes, 64u << 10);
@@ -57,6 +63,7 @@ TEST(Knobs, BadValuesQuoteTheKnobTheValueAndWhatIsAccepted) {
       {{"TESSERA_SEGMENT_BYTES", "12Q"}},  {{"TESSERA_SEGMENT_BYTES", "10"}},
       {{"TESSERA_SHM_BYTES", "2G"}},       {{"TESSERA_TIMEOUT", "0"}},
       {{"TESSERA_TIMEOUT", "soon"}},       {{"TESSERA_LOG_LEVEL", "loud"}},
+      {{"TESSERA_MALLOC_POLICY", "fast"}}, {{"TESSERA_IDLE_BACKOFF", "-1"}},
   };
   for (const auto& env : bad) {
     const std::string name = env.begin()->first, value = env.begin()->second;
