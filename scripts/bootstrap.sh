@@ -11,6 +11,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   # the tensor framework; without OpenBLAS libtorch falls back to the reference BLAS (~7x slower)
   libtorch-dev libopenblas0-openmp
+  # image decoding for the input pipeline (OpenCV's codecs, libpng for palette label masks)
+  libopencv-imgcodecs-dev libopencv-imgproc-dev libpng-dev
   # tests, benchmarks, JSON and the command line
   googletest libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
   # python reference (PyTorch DDP over gloo) for side-by-side benchmarks; torchvision checks

@@ -1,0 +1,28 @@
+// Decoding images and label masks from their encoded bytes (what the in-memory store keeps).
+//
+// Images go through OpenCV's imgcodecs (JPEG, PNG, ...), from Debian's libopencv. Label masks
+// go through libpng directly: a Pascal VOC mask is a palette PNG whose palette *indices* are
+// the labels, and OpenCV expands palettes to colours; libpng hands the indices over as they
+// are. Both throw InvalidArgument naming `source` for corrupt or truncated data.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace tessera {
+namespace data {
+
+// [H, W, 3] u8, RGB.
+torch::Tensor decode_image(const std::string& bytes, const std::string& source);
+// [H, W] u8: the palette index of a palette PNG, or the value of an 8-bit grayscale PNG.
+// Other PNG types (colour, 16-bit) are refused, naming the source and what is accepted.
+torch::Tensor decode_mask(const std::string& bytes, const std::string& source);
+// PNG bytes of a palette image with the Pascal VOC colour map (for tools and tests):
+// `mask` [H, W] u8.
+std::string encode_palette_png(const torch::Tensor& mask);
+// The Pascal VOC colour map: colour of index i (r, g, b), i in 0..255.
+std::array<uint8_t, 3> voc_color(int index);
+
+}  // namespace data
+}  // namespace tessera
