@@ -30,6 +30,13 @@ std::vector<int64_t> epoch_order(int64_t dataset_size, uint64_t seed, int64_t ep
   return order;
 }
 
+std::vector<int64_t> shard_epoch_order(int64_t shard_size, uint64_t seed, int rank, int64_t epoch) {
+  TESSERA_CHECK(rank >= 0, "rank must be >= 0, got ", rank);
+  // A distinct stream per rank: (seed, rank) mixed with an odd multiplier (a bijection).
+  return epoch_order(shard_size, (seed + 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(rank) + 1)),
+                     epoch);
+}
+
 std::vector<int64_t> batch_indices(const ShardPlan& plan, int64_t step, int rank) {
   const int64_t epoch = step / plan.steps_per_epoch();
   return batch_indices(plan, epoch_order(plan.dataset_size, plan.seed, epoch), step, rank);

@@ -22,6 +22,9 @@ struct ShardPlan {
 
 // The permutation of epoch `epoch`.
 std::vector<int64_t> epoch_order(int64_t dataset_size, uint64_t seed, int64_t epoch);
+// The order in which rank `rank` visits its shard of `shard_size` samples in epoch `epoch`
+// (the in-memory store's shuffle): a permutation drawn from (seed, rank, epoch).
+std::vector<int64_t> shard_epoch_order(int64_t shard_size, uint64_t seed, int rank, int64_t epoch);
 // Rank `rank`'s samples for global step `step` (epoch = step / steps_per_epoch).
 std::vector<int64_t> batch_indices(const ShardPlan& plan, int64_t step, int rank);
 // The same from the epoch's order, drawn once per epoch by the caller (epoch_order is

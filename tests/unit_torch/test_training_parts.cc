@@ -101,6 +101,17 @@ TEST(Sampler, RanksTogetherSeeWhatOneRankSees) {
   EXPECT_THROW(tiny.steps_per_epoch(), InvalidArgument);
 }
 
+TEST(Sampler, ShardOrderIsAPermutationPerRankAndEpoch) {
+  const auto a = data::shard_epoch_order(40, 3, 0, 0);
+  EXPECT_EQ(std::set<int64_t>(a.begin(), a.end()).size(), 40u);
+  EXPECT_EQ(*std::max_element(a.begin(), a.end()), 39);
+  EXPECT_EQ(a, data::shard_epoch_order(40, 3, 0, 0));  // deterministic
+  EXPECT_NE(a, data::shard_epoch_order(40, 3, 0, 1));  // another epoch
+  EXPECT_NE(a, data::shard_epoch_order(40, 3, 1, 0));  // another rank
+  EXPECT_NE(a, data::shard_epoch_order(40, 4, 0, 0));  // another seed
+  EXPECT_THROW(data::shard_epoch_order(40, 3, -1, 0), InvalidArgument);
+}
+
 TEST(SyntheticShapes, DeterministicAndConsistent) {
   data::SyntheticShapes a(64, 32, 5), b(64, 32, 5), c(64, 32, 6);
   data::Batch x = a.get({3, 17, 3}), y = b.get({3, 17, 3}), z = c.get({3});
