@@ -85,7 +85,6 @@ int Engine::add_process_set(std::vector<int> ranks) {
 
 void Engine::start_timeline(const std::string& path) { set_for(0).timeline.start(path); }
 void Engine::stop_timeline() { set_for(0).timeline.stop(); }
-bool Engine::timeline_active() const { return set_for(0).timeline.active(); }
 void Engine::trace(const std::string& row, const std::string& name,
                    std::chrono::steady_clock::time_point begin,
                    std::chrono::steady_clock::time_point end) {

@@ -128,7 +128,6 @@ class Engine {
   // rank 0 at construction). start throws InvalidArgument if the file cannot be written.
   void start_timeline(const std::string& path);
   void stop_timeline();
-  bool timeline_active() const;
   // Adds a span of the caller's own (for example the trainer's FORWARD and BACKWARD) to the
   // timeline on its row `row`, so collectives can be seen against it. No-op while not tracing.
   void trace(const std::string& row, const std::string& name,

@@ -29,7 +29,6 @@ class Model {
       : module_(std::move(module)), forward_(std::move(forward)), task_(task) {}
   torch::Tensor forward(const torch::Tensor& x) const { return forward_(x); }
   torch::nn::Module& module() const { return *module_; }
-  std::shared_ptr<torch::nn::Module> module_ptr() const { return module_; }
   Task task() const { return task_; }
 
  private:
