@@ -7,6 +7,7 @@
 
 #include "apps/tessera/bench_collectives.h"
 #include "apps/tessera/bench_engine.h"
+#include "apps/tessera/data_cli.h"
 #include "apps/tessera/train_cli.h"
 #include "comm/communicator.h"
 #include "common/error.h"
@@ -30,10 +31,11 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmark a collective beside MPI's own");
   bench_cmd
       ->add_option("collective", bench.collective,
-                   "allreduce, allgather, broadcast, reduce-scatter, alltoall, engine, or train")
+                   "allreduce, allgather, broadcast, reduce-scatter, alltoall, engine, train, "
+                   "or data")
       ->required()
       ->check(CLI::IsMember({"allreduce", "allgather", "broadcast", "reduce-scatter", "alltoall",
-                             "engine", "train"}));
+                             "engine", "train", "data"}));
   bench_cmd->add_option("-b,--minbytes", min_b, "smallest size (bytes; K/M/G suffixes)");
   bench_cmd->add_option("-e,--maxbytes", max_b, "largest size (bytes; K/M/G suffixes)");
   bench_cmd->add_option("-f,--stepfactor", bench.factor, "size multiplier between rows");
@@ -55,6 +57,10 @@ int main(int argc, char** argv) {
 
   tessera::train::TrainBenchOptions train_bench;
   tessera::app::add_train_bench_options(*bench_cmd, train_bench);
+  tessera::train::DataBenchOptions data_bench;
+  tessera::app::add_data_bench_options(*bench_cmd, data_bench);
+  tessera::data::MakeDatasetOptions make_dataset;
+  CLI::App* make_dataset_cmd = tessera::app::add_make_dataset_command(app, make_dataset);
   tessera::train::TrainOptions train;
   CLI::App* train_cmd = tessera::app::add_train_command(app, train);
   tessera::app::ExportOptions export_options;
@@ -62,7 +68,7 @@ int main(int argc, char** argv) {
 
   // A later -f/-b/... on the command line overrides an earlier one (scripts add their own).
   for (CLI::Option* opt : bench_cmd->get_options()) {
-    if (opt->get_name() != "--algo") opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    if (opt->get_name() != "--algo" && opt->get_name() != "--workers") opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
   try {
     app.parse(argc, argv);
@@ -71,8 +77,9 @@ int main(int argc, char** argv) {
   }
 
   int rc = 0;
-  const bool uses_torch = train_cmd->parsed() || export_cmd->parsed() ||
-                          (bench_cmd->parsed() && bench.collective == "train");
+  const bool uses_torch =
+      train_cmd->parsed() || export_cmd->parsed() || make_dataset_cmd->parsed() ||
+      (bench_cmd->parsed() && (bench.collective == "train" || bench.collective == "data"));
   try {
     if (uses_torch) {
       // The libtorch API's init: MPI, knobs, the memory policy and the engine.
@@ -82,6 +89,15 @@ int main(int argc, char** argv) {
     }
     if (train_cmd->parsed()) {
       tessera::train::run_training(train);
+    } else if (make_dataset_cmd->parsed()) {
+      rc = tessera::rank() == 0 ? tessera::app::run_make_dataset(make_dataset) : 0;
+    } else if (bench_cmd->parsed() && bench.collective == "data") {
+      // Shared with bench train, whose defaults (32 at 224^2) suit a model benchmark, not this.
+      if (bench_cmd->get_option("--batch-size")->count() > 0) data_bench.batch_size = train_bench.batch_size;
+      if (bench_cmd->get_option("--image-size")->count() > 0) data_bench.image_size = train_bench.image_size;
+      data_bench.threads = train_bench.threads;
+      data_bench.json = bench.json_path;
+      tessera::train::run_data_benchmark(data_bench);
     } else if (export_cmd->parsed()) {
       rc = tessera::app::run_export(export_options);
     } else if (bench_cmd->parsed() && bench.collective == "train") {

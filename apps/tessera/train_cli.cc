@@ -17,7 +17,25 @@ CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
                 "resnet18, resnet50, deeplabv3plus_resnet18, deeplabv3plus_resnet50")
       ->capture_default_str();
   c->add_option("--image-size", o.image_size, "square input side in pixels")->capture_default_str();
-  c->add_option("--data", o.data, "data source: synthetic (coloured shapes on noise)")
+  c->add_option("--data", o.data,
+                 "synthetic (coloured shapes on noise, generated in memory) or a data set's folder")
+      ->capture_default_str();
+  c->add_option("--format", o.format,
+                "layout of --data DIR: folder (DIR/{train,val}/<class>/), csv "
+                "(DIR/{train,val}.csv), voc, cityscapes")
+      ->capture_default_str();
+  c->add_option("--workers", o.workers, "input pipeline threads per rank")->capture_default_str();
+  c->add_option("--prefetch", o.prefetch, "batches the pipeline makes ahead of the step")
+      ->capture_default_str();
+  c->add_flag("--keep-decoded", o.keep_decoded,
+              "keep decoded pixels in memory instead of the files' bytes (no decoding after the "
+              "first epoch, several times the memory)");
+  c->add_flag("--global-shuffle", o.global_shuffle,
+              "a new permutation of the whole data set every epoch: ranks exchange samples at "
+              "each epoch boundary (alltoallv); default: shuffle within each rank's shard");
+  c->add_option("--max-corrupt", o.max_corrupt,
+                "stop when more than this share of the training set is corrupt (skipped files "
+                "are listed at the end of each epoch)")
       ->capture_default_str();
   c->add_option("--train-size", o.train_size, "samples in the synthetic training set")
       ->capture_default_str();

@@ -78,29 +78,50 @@ int read_indices(const std::string& bytes, PngError* err, png_uint_32* w, png_ui
   return 0;
 }
 
+
+// A JPEG's entropy-coded data cannot hold the byte pair FF D9 (an FF there is followed by 00 or
+// a restart marker), so the end-of-image marker near the end is the sign of a whole file; a few
+// bytes of padding after it are allowed.
+bool jpeg_is_whole(const std::string& bytes) {
+  const size_t n = bytes.size();
+  for (size_t i = n >= 2 ? n - 2 : 0, k = 0; k < 32 && i + 1 < n; --i, ++k) {
+    if (static_cast<uint8_t>(bytes[i]) == 0xFF && static_cast<uint8_t>(bytes[i + 1]) == 0xD9)
+      return true;
+    if (i == 0) break;
+  }
+  return false;
+}
+
 }  // namespace
 
 torch::Tensor decode_image(const std::string& bytes, const std::string& source) {
-  TESSERA_CHECK(!bytes.empty(), "image '", source, "' is empty");
+  if (bytes.empty()) throw CorruptImage("image '" + source + "' is empty");
+  const bool jpeg = bytes.size() >= 3 && static_cast<uint8_t>(bytes[0]) == 0xFF &&
+                    static_cast<uint8_t>(bytes[1]) == 0xD8 && static_cast<uint8_t>(bytes[2]) == 0xFF;
+  if (jpeg && !jpeg_is_whole(bytes)) {
+    throw CorruptImage("image '" + source + "' is a truncated JPEG (no end-of-image marker)");
+  }
   cv::Mat buf(1, static_cast<int>(bytes.size()), CV_8UC1, const_cast<char*>(bytes.data()));
   cv::Mat bgr = cv::imdecode(buf, cv::IMREAD_COLOR);
-  TESSERA_CHECK(!bgr.empty(), "image '", source,
-                "' cannot be decoded (corrupt, truncated, or not an image format OpenCV reads)");
+  if (bgr.empty()) {
+    throw CorruptImage("image '" + source +
+                       "' cannot be decoded (corrupt, truncated, or not an image format OpenCV "
+                       "reads)");
+  }
   cv::Mat rgb;
   cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
   return torch::from_blob(rgb.data, {rgb.rows, rgb.cols, 3}, torch::kUInt8).clone();
 }
 
 torch::Tensor decode_mask(const std::string& bytes, const std::string& source) {
-  TESSERA_CHECK(
-      bytes.size() >= 8 && png_sig_cmp(reinterpret_cast<png_const_bytep>(bytes.data()), 0, 8) == 0,
-      "mask '", source, "' is not a PNG file");
+  if (bytes.size() < 8 || png_sig_cmp(reinterpret_cast<png_const_bytep>(bytes.data()), 0, 8) != 0)
+    throw CorruptImage("mask '" + source + "' is not a PNG file");
   PngError err;
   png_uint_32 w = 0, h = 0;
   int color_type = 0, bit_depth = 0;
   std::vector<uint8_t> pixels;
   const int rc = read_indices(bytes, &err, &w, &h, &color_type, &bit_depth, &pixels);
-  TESSERA_CHECK(rc != 1, "mask '", source, "' cannot be decoded: ", err.message);
+  if (rc == 1) throw CorruptImage("mask '" + source + "' cannot be decoded: " + err.message);
   TESSERA_CHECK(rc != 2, "mask '", source, "' is a PNG of colour type ", color_type, " at ",
                 bit_depth, " bits; accepted: palette or 8-bit grayscale (label indices)");
   return torch::from_blob(pixels.data(), {static_cast<int64_t>(h), static_cast<int64_t>(w)},

@@ -3,15 +3,26 @@
 // Images go through OpenCV's imgcodecs (JPEG, PNG, ...), from Debian's libopencv. Label masks
 // go through libpng directly: a Pascal VOC mask is a palette PNG whose palette *indices* are
 // the labels, and OpenCV expands palettes to colours; libpng hands the indices over as they
-// are. Both throw InvalidArgument naming `source` for corrupt or truncated data.
+// are. Both throw CorruptImage naming `source` for corrupt or truncated data (a JPEG without its
+// end-of-image marker counts as truncated: libjpeg would fill the missing rows with grey).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <string>
 
+#include "common/error.h"
+
 namespace tessera {
 namespace data {
+
+// The bytes are not a decodable image (corrupt, truncated, not an image format): the pipeline
+// skips such a sample (with a warning naming the file) instead of stopping. Every other
+// InvalidArgument (a colour PNG as a mask, a missing file) stays an error.
+class CorruptImage : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
 
 // [H, W, 3] u8, RGB.
 torch::Tensor decode_image(const std::string& bytes, const std::string& source);

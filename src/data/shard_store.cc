@@ -8,39 +8,101 @@
 namespace tessera {
 namespace data {
 
-ShardedStore::ShardedStore(const SampleList& list, int rank, int ranks)
-    : rank_(rank), ranks_(ranks) {
+std::vector<int64_t> strided_shard(int64_t size, int rank, int ranks) {
   TESSERA_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "rank ", rank, " of ", ranks,
                 " is not a rank");
-  for (size_t i = static_cast<size_t>(rank); i < list.samples.size();
-       i += static_cast<size_t>(ranks)) {
-    samples_.push_back(list.samples[i]);
-  }
-  TESSERA_CHECK(!samples_.empty(), "the data set has ", list.samples.size(),
-                " samples, too few for rank ", rank, " of ", ranks, " to hold any");
-  images_ = std::make_unique<Entry[]>(samples_.size());
-  masks_ = std::make_unique<Entry[]>(samples_.size());
+  std::vector<int64_t> out;
+  for (int64_t i = rank; i < size; i += ranks) out.push_back(i);
+  TESSERA_CHECK(!out.empty(), "the data set has ", size, " samples, too few for rank ", rank,
+                " of ", ranks, " to hold any");
+  return out;
 }
 
-const std::string& ShardedStore::load(Entry& e, const std::string& path) {
-  std::call_once(e.once, [&] {
+ShardedStore::ShardedStore(const SampleList& list, int rank, int ranks, Keep keep)
+    : ShardedStore(list, strided_shard(static_cast<int64_t>(list.samples.size()), rank, ranks),
+                   std::move(keep)) {}
+
+ShardedStore::ShardedStore(const SampleList& list, std::vector<int64_t> indices, Keep keep)
+    : list_(list), keep_(std::move(keep)) {
+  reassign(std::move(indices), {});
+}
+
+void ShardedStore::reassign(std::vector<int64_t> indices, std::unordered_map<int64_t, Held> held) {
+  const int64_t n = static_cast<int64_t>(list_.samples.size());
+  std::vector<std::unique_ptr<Entry>> entries;
+  size_t memory = 0;
+  for (int64_t g : indices) {
+    TESSERA_CHECK(g >= 0 && g < n, "sample ", g, " is outside the data set of ", n);
+    auto e = std::make_unique<Entry>();
+    auto it = held.find(g);
+    if (it != held.end()) {
+      // Mark the bytes as loaded: call_once with a body that cannot throw.
+      std::call_once(e->image.once, [&] { e->image.bytes = std::move(it->second.image); });
+      std::call_once(e->mask.once, [&] { e->mask.bytes = std::move(it->second.mask); });
+      memory += e->image.bytes.size() + e->mask.bytes.size();
+      held.erase(it);
+    }
+    entries.push_back(std::move(e));
+  }
+  TESSERA_CHECK(held.empty(), "the store was handed ", held.size(),
+                " samples outside its new shard (sample ",
+                held.empty() ? 0 : held.begin()->first, ")");
+  indices_ = std::move(indices);
+  entries_ = std::move(entries);
+  memory_ = memory;
+}
+
+std::unordered_map<int64_t, ShardedStore::Held> ShardedStore::take() {
+  std::unordered_map<int64_t, Held> out;
+  for (size_t i = 0; i < indices_.size(); ++i) {
+    Held h;
+    h.image = std::move(const_cast<std::string&>(image_bytes(i)));
+    if (!sample(i).mask.empty()) h.mask = std::move(const_cast<std::string&>(mask_bytes(i)));
+    out.emplace(indices_[i], std::move(h));
+  }
+  indices_.clear();
+  entries_.clear();
+  memory_ = 0;
+  return out;
+}
+
+uint64_t ShardedStore::load_all() {
+  const uint64_t before = read_.load();
+  for (size_t i = 0; i < indices_.size(); ++i) {
+    try {
+      image_bytes(i);
+      if (!sample(i).mask.empty()) mask_bytes(i);
+    } catch (const InvalidArgument&) {
+      // Refused by `keep` (a corrupt file under keep-decoded): left for the pipeline to report.
+    }
+  }
+  return read_.load() - before;
+}
+
+const std::string& ShardedStore::load(File& f, const std::string& path, bool mask) {
+  std::call_once(f.once, [&] {
     std::vector<char> b = read_file(path);
-    e.bytes.assign(b.begin(), b.end());
-    read_ += e.bytes.size();
-    memory_ += e.bytes.size();
+    read_ += b.size();
+    std::string bytes(b.begin(), b.end());
+    f.bytes = keep_ ? keep_(std::move(bytes), path, mask) : std::move(bytes);
+    memory_ += f.bytes.size();
   });
-  return e.bytes;
+  return f.bytes;
+}
+
+void ShardedStore::check_index(size_t i) const {
+  TESSERA_CHECK(i < indices_.size(), "sample ", i, " is outside this shard of ", indices_.size());
 }
 
 const std::string& ShardedStore::image_bytes(size_t i) {
-  TESSERA_CHECK(i < samples_.size(), "sample ", i, " is outside this shard of ", samples_.size());
-  return load(images_[i], samples_[i].image);
+  check_index(i);
+  return load(entries_[i]->image, sample(i).image, false);
 }
 
 const std::string& ShardedStore::mask_bytes(size_t i) {
-  TESSERA_CHECK(i < samples_.size(), "sample ", i, " is outside this shard of ", samples_.size());
-  TESSERA_CHECK(!samples_[i].mask.empty(), "sample '", samples_[i].image, "' has no mask");
-  return load(masks_[i], samples_[i].mask);
+  check_index(i);
+  TESSERA_CHECK(!sample(i).mask.empty(), "sample '", sample(i).image, "' has no mask");
+  return load(entries_[i]->mask, sample(i).mask, true);
 }
 
 uint64_t process_read_bytes() {

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "data/sampler.h"
 #include "data/synthetic_shapes.h"
+#include "train/input.h"
 #include "engine/engine.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
@@ -40,8 +41,6 @@ std::string format_eta(double seconds) {
 
 void validate(const TrainOptions& o) {
   models::task_of(o.model);  // throws for an unknown model, listing the accepted ones
-  TESSERA_CHECK(o.data == "synthetic", "--data '", o.data,
-                "' is not available yet; accepted: synthetic");
   TESSERA_CHECK(o.batch_size > 0, "--batch-size must be > 0, got ", o.batch_size);
   TESSERA_CHECK(o.image_size >= 16, "--image-size must be >= 16, got ", o.image_size);
   TESSERA_CHECK(o.steps > 0 || o.epochs > 0, "give --steps or --epochs (> 0)");
@@ -84,22 +83,17 @@ struct Evaluation {
   double accuracy = 0;
 };
 
-Evaluation evaluate(const models::Model& model, const data::SyntheticShapes& val, int64_t batch,
-                    int64_t num_classes, bool dist, int me, int world) {
+Evaluation evaluate(const models::Model& model, TrainInput& input, int64_t num_classes,
+                    bool dist) {
   torch::NoGradGuard no_grad;
   model.module().eval();
   torch::Tensor confusion = torch::zeros({num_classes, num_classes}, torch::kLong);
-  std::vector<int64_t> mine;
-  for (int64_t i = me; i < val.size(); i += world) mine.push_back(i);
-  for (size_t begin = 0; begin < mine.size(); begin += static_cast<size_t>(batch)) {
-    const size_t end = std::min(mine.size(), begin + static_cast<size_t>(batch));
-    data::Batch b = val.get(std::vector<int64_t>(mine.begin() + static_cast<long>(begin),
-                                                 mine.begin() + static_cast<long>(end)));
+  input.for_each_eval_batch([&](const data::Batch& b) {
     torch::Tensor pred =
         model.forward(b.images.to(model.module().parameters().front().scalar_type())).argmax(1);
     accumulate_confusion(confusion, pred,
                          model.task() == models::Task::kClassification ? b.labels : b.masks);
-  }
+  });
   if (dist) allreduce_(confusion, "eval.confusion", ReduceOp::kSum);
   model.module().train();
   Evaluation e;
@@ -122,9 +116,29 @@ TrainResult run_training(const TrainOptions& o) {
   torch::manual_seed(o.seed);
 
   const models::Task task = models::task_of(o.model);
-  const int64_t num_classes = task == models::Task::kClassification
-                                  ? data::SyntheticShapes::kClasses
-                                  : data::SyntheticShapes::kSegmentationClasses;
+  InputOptions io;
+  io.data = o.data;
+  io.format = o.format;
+  io.segmentation = task == models::Task::kSegmentation;
+  io.image_size = o.image_size;
+  io.train_size = o.train_size;
+  io.val_size = o.val_size;
+  io.batch = o.batch_size;
+  io.seed = o.seed;
+  io.workers = o.workers;
+  io.prefetch = o.prefetch;
+  io.keep_decoded = o.keep_decoded;
+  io.global_shuffle = o.global_shuffle;
+  io.max_corrupt = o.max_corrupt;
+  io.quiet = o.quiet;
+  io.dist = dist;
+  TrainInput input(io);
+  TESSERA_CHECK(input.segmentation() == (task == models::Task::kSegmentation), "--model ", o.model,
+                " is a ", task == models::Task::kSegmentation ? "segmentation" : "classification",
+                " model but --data '", o.data, "' (", o.format, ") holds ",
+                input.segmentation() ? "segmentation masks" : "class labels");
+  const int64_t num_classes = input.num_classes();
+  if (talk) std::printf("data: %s\n", input.describe().c_str());
   models::ModelSpec spec;
   spec.name = o.model;
   spec.num_classes = num_classes;
@@ -162,14 +176,7 @@ TrainResult run_training(const TrainOptions& o) {
     dopt = std::make_unique<DistributedOptimizer>(sgd, net.named_parameters(), d);
   }
 
-  data::SyntheticShapes train_set(o.train_size, o.image_size, o.seed);
-  data::SyntheticShapes val_set(o.val_size, o.image_size, o.seed ^ 0x7e55e7a11ull);
-  data::ShardPlan plan;
-  plan.dataset_size = o.train_size;
-  plan.seed = o.seed;
-  plan.ranks = world;
-  plan.batch = o.batch_size;
-  const int64_t per_epoch = plan.steps_per_epoch();
+  const int64_t per_epoch = input.steps_per_epoch();
   const int64_t total = o.steps > 0 ? o.steps : o.epochs * per_epoch;
 
   LrSchedule sched;
@@ -223,7 +230,7 @@ TrainResult run_training(const TrainOptions& o) {
   };
   const std::string metric_name = task == models::Task::kClassification ? "accuracy" : "miou";
   auto run_eval = [&](int64_t steps_done) {
-    Evaluation e = evaluate(model, val_set, o.batch_size, num_classes, dist, me, world);
+    Evaluation e = evaluate(model, input, num_classes, dist);
     if (talk) {
       if (task == models::Task::kSegmentation) {
         std::printf("eval  step %lld: miou %.4f (pixel accuracy %.4f)\n",
@@ -254,19 +261,13 @@ TrainResult run_training(const TrainOptions& o) {
   int64_t interval_steps = 0;
   Clock::time_point interval_start = Clock::now();
   const Clock::time_point run_start = interval_start;
-  int64_t order_epoch = -1;
-  std::vector<int64_t> order;
+  double interval_wait_start = 0;
   for (int64_t step = start; step < end; ++step) {
     const double lr = sched.at(step);
     for (auto& group : sgd.param_groups()) {
       static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
     }
-    if (step / per_epoch != order_epoch) {  // a new epoch: its order, once
-      order_epoch = step / per_epoch;
-      order = data::epoch_order(plan.dataset_size, plan.seed, order_epoch);
-    }
-    const std::vector<int64_t> idx = data::batch_indices(plan, order, step, me);
-    data::Batch batch = train_set.get(idx);
+    data::Batch batch = input.batch(step, end);
     const torch::Tensor& target =
         task == models::Task::kClassification ? batch.labels : batch.masks;
     sgd.zero_grad();
@@ -307,10 +308,16 @@ TrainResult run_training(const TrainOptions& o) {
       const double ips = static_cast<double>(interval_steps * world * o.batch_size) / secs;
       result.final_loss = l.item<double>();
       result.images_per_second = ips;
+      // How long the steps of this interval waited for their batches (rank 0's pipeline).
+      const double wait_ms = (input.waited_seconds() - interval_wait_start) * 1e3 /
+                             static_cast<double>(interval_steps);
+      interval_wait_start = input.waited_seconds();
       if (talk) {
-        std::printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.5f  %.1f img/s  ETA %s\n",
+        std::printf(
+            "step %lld/%lld  epoch %lld  loss %.4f  lr %.5f  %.1f img/s  data wait %.1f ms/step  "
+            "ETA %s\n",
                     static_cast<long long>(done), static_cast<long long>(total),
-                    static_cast<long long>(step / per_epoch), result.final_loss, lr, ips,
+                    static_cast<long long>(step / per_epoch), result.final_loss, lr, ips, wait_ms,
                     format_eta(secs / static_cast<double>(interval_steps) *
                                static_cast<double>(total - done))
                         .c_str());
@@ -322,7 +329,8 @@ TrainResult run_training(const TrainOptions& o) {
                                   {"epoch", step / per_epoch},
                                   {"loss", result.final_loss},
                                   {"lr", lr},
-                                  {"img_per_s", ips}}
+                                  {"img_per_s", ips},
+                                  {"data_wait_ms", wait_ms}}
                        .dump()
                 << "\n"
                 << std::flush;
@@ -334,6 +342,9 @@ TrainResult run_training(const TrainOptions& o) {
     if (o.eval_every > 0 && done % o.eval_every == 0 && done != end) run_eval(done);
     if (o.checkpoint_every > 0 && done % o.checkpoint_every == 0 && done != end) save(done);
   }
+  input.finish();
+  result.data_wait_seconds = input.waited_seconds();
+  result.file_bytes_after_first_epoch = input.file_bytes_after_first_epoch();
   const Evaluation final_eval = run_eval(end);
   save(end);
   if (tracing) global_engine().stop_timeline();

@@ -16,9 +16,15 @@ namespace train {
 struct TrainOptions {
   std::string model = "deeplabv3plus_resnet18";
   int64_t image_size = 64;
-  std::string data = "synthetic";
-  int64_t train_size = 1024;  // samples of the synthetic training set
-  int64_t val_size = 128;     // samples of the synthetic validation set
+  std::string data = "synthetic";  // or a data set's folder
+  std::string format = "voc";      // of a folder: folder, csv, voc, cityscapes
+  int64_t train_size = 1024;       // samples of the synthetic training set
+  int64_t val_size = 128;          // samples of the synthetic validation set
+  int workers = 2;                 // pipeline threads decoding and augmenting per rank
+  int prefetch = 2;                // batches made ahead of the step
+  bool keep_decoded = false;       // keep decoded pixels in memory, not the files' bytes
+  bool global_shuffle = false;     // a new global permutation every epoch (alltoallv)
+  double max_corrupt = 0.01;       // stop when more of the training set is corrupt
   int64_t batch_size = 8;     // per rank
   int64_t epochs = 1;         // used when steps == 0
   int64_t steps = 0;
@@ -64,6 +70,8 @@ struct TrainResult {
   std::string metric_name;
   std::string checkpoint;  // path written last, if any
   double images_per_second = 0;
+  double data_wait_seconds = 0;  // rank 0's step waited this long for batches in all
+  uint64_t file_bytes_after_first_epoch = 0;  // rank 0's store
 };
 
 // Checks the options (InvalidArgument naming the flag), then trains. Collective.

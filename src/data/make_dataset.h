@@ -1,0 +1,48 @@
+// `tessera make-dataset`: synthetic data sets written as real files, so the readers, the codecs
+// and the pipeline are exercised end to end (and the demo trains on files).
+//
+//   shapes   Pascal VOC layout: JPEGImages/<id>.jpg, SegmentationClass/<id>.png (palette PNGs,
+//            VOC colour map), ImageSets/Segmentation/{train,val}.txt, classes.txt
+//            (background, circle, square, triangle).
+//   classes  class folders train/<class>/ and val/<class>/ (alternately .jpg and .png), the same
+//            samples in train.csv / val.csv manifests, classes.txt (circle, square, triangle):
+//            the class of a sample is the kind of its largest shape.
+// Images are coloured shapes on textured backgrounds (stripes, checks, waves, noise). Sample i is
+// a pure function of (seed, i). The split files are written last, so a folder whose val split
+// file exists is complete.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace tessera {
+namespace data {
+
+struct MakeDatasetOptions {
+  std::string kind = "shapes";  // shapes | classes
+  std::string out;
+  int64_t size = 1000;  // samples in all; the last val_fraction of them form the val split
+  int64_t image_size = 96;
+  double val_fraction = 0.1;
+  uint64_t seed = 1;
+};
+
+struct MakeDatasetResult {
+  int64_t train = 0, val = 0;
+  uint64_t bytes = 0;  // written, all files together
+};
+
+// Throws InvalidArgument for bad options or a folder that cannot be written.
+MakeDatasetResult make_dataset(const MakeDatasetOptions& options);
+
+struct RenderedSample {
+  torch::Tensor image;  // [S, S, 3] u8 RGB
+  torch::Tensor mask;   // [S, S] u8: 0 background, 1 circle, 2 square, 3 triangle
+  int64_t label = 0;    // 0 circle, 1 square, 2 triangle: the kind of the largest shape
+};
+RenderedSample render_textured_shapes(uint64_t seed, int64_t index, int64_t image_size);
+
+}  // namespace data
+}  // namespace tessera
