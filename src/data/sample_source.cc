@@ -138,8 +138,8 @@ bool SampleSource::fill(Batch& b, int64_t k, int64_t pos, int64_t epoch) {
   }
   SegmentationAugment a;
   a.crop = options_.image_size;
-  auto [x, y] = options_.train ? augment_segmentation(image, mask, a, rng, s.image)
-                               : eval_segmentation(image, mask, a, s.image);
+  auto [x, y] = options_.train ? augment_segmentation(image, mask, a, rng, s.mask)
+                               : eval_segmentation(image, mask, a, s.mask);
   b.images[k] = x;
   b.masks[k] = y;
   return true;
