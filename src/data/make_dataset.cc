@@ -71,7 +71,8 @@ std::string id_of(int64_t i) {
 
 }  // namespace
 
-RenderedSample render_textured_shapes(uint64_t seed, int64_t index, int64_t image_size) {
+RenderedSample render_textured_shapes(uint64_t seed, int64_t index, int64_t image_size,
+                                      int largest) {
   std::mt19937_64 rng(mix(seed * 0x100000001b3ull ^ mix(static_cast<uint64_t>(index))));
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const int64_t s = image_size;
@@ -87,6 +88,7 @@ RenderedSample render_textured_shapes(uint64_t seed, int64_t index, int64_t imag
     shapes.push_back(sh);
   }
   std::sort(shapes.begin(), shapes.end(), [](const Shape& a, const Shape& b) { return a.r > b.r; });
+  if (largest != 0) shapes.front().kind = largest;
   // The background: two dark colours mixed by a texture (stripes at an angle, checks, or
   // crossed waves) plus pixel noise, so that colour alone does not separate shape from ground.
   const int texture = static_cast<int>(rng() % 3);
@@ -146,7 +148,13 @@ MakeDatasetResult make_dataset(const MakeDatasetOptions& o) {
   TESSERA_CHECK(o.image_size >= 16, "--image-size must be >= 16, got ", o.image_size);
   TESSERA_CHECK(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction must be in (0, 1), got ",
                 o.val_fraction);
-  const int64_t val = std::clamp<int64_t>(std::llround(o.size * o.val_fraction), 1, o.size - 1);
+  // The classes set needs every class in each split.
+  const int64_t min_split = o.kind == "classes" ? 3 : 1;
+  TESSERA_CHECK(o.size >= 2 * min_split, "--size must be >= ", 2 * min_split, " for ", o.kind,
+                " (every split needs ", min_split, " sample", min_split > 1 ? "s" : "", "), got ",
+                o.size);
+  const int64_t val =
+      std::clamp<int64_t>(std::llround(o.size * o.val_fraction), min_split, o.size - min_split);
   MakeDatasetResult r;
   r.train = o.size - val;
   r.val = val;
@@ -179,7 +187,7 @@ MakeDatasetResult make_dataset(const MakeDatasetOptions& o) {
   }
   std::string train_csv = "path,label\n", val_csv = "path,label\n";
   for (int64_t i = 0; i < o.size; ++i) {
-    RenderedSample s = render_textured_shapes(o.seed, i, o.image_size);
+    RenderedSample s = render_textured_shapes(o.seed, i, o.image_size, static_cast<int>(i % 3) + 1);
     const std::string ext = i % 2 == 0 ? ".jpg" : ".png";
     const fs::path rel = fs::path(split_of(i)) / names[s.label] / (id_of(i) + ext);
     write_bytes(root / rel, encode_rgb(s.image, ext), &r.bytes);

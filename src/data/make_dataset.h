@@ -6,7 +6,8 @@
 //            (background, circle, square, triangle).
 //   classes  class folders train/<class>/ and val/<class>/ (alternately .jpg and .png), the same
 //            samples in train.csv / val.csv manifests, classes.txt (circle, square, triangle):
-//            the class of a sample is the kind of its largest shape.
+//            the class of a sample is the kind of its largest shape, class i % 3 for sample i, so
+//            every class is in both splits (the val split has at least 3 samples).
 // Images are coloured shapes on textured backgrounds (stripes, checks, waves, noise). Sample i is
 // a pure function of (seed, i). The split files are written last, so a folder whose val split
 // file exists is complete.
@@ -42,7 +43,9 @@ struct RenderedSample {
   torch::Tensor mask;   // [S, S] u8: 0 background, 1 circle, 2 square, 3 triangle
   int64_t label = 0;    // 0 circle, 1 square, 2 triangle: the kind of the largest shape
 };
-RenderedSample render_textured_shapes(uint64_t seed, int64_t index, int64_t image_size);
+// `largest` (1..3) fixes the kind of the largest shape; 0 draws it like the others.
+RenderedSample render_textured_shapes(uint64_t seed, int64_t index, int64_t image_size,
+                                      int largest = 0);
 
 }  // namespace data
 }  // namespace tessera

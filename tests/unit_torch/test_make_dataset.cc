@@ -90,7 +90,8 @@ TEST(MakeDataset, ClassesFoldersAndManifestsAgree) {
     ASSERT_EQ(by_path.count(p), 1u) << p;
     EXPECT_EQ(by_path[p], s.label) << p;
     const int64_t index = std::stoll(fs::path(p).stem().string());
-    EXPECT_EQ(s.label, render_textured_shapes(o.seed, index, o.image_size).label) << p;
+    EXPECT_EQ(s.label, index % 3) << p;
+    EXPECT_EQ(s.label, render_textured_shapes(o.seed, index, o.image_size, s.label + 1).label);
     (fs::path(p).extension() == ".jpg" ? jpeg : png)++;
     decode_image(bytes_of(p), p);  // both kinds decode
   }
