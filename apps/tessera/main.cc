@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
 
   // A later -f/-b/... on the command line overrides an earlier one (scripts add their own).
   for (CLI::Option* opt : bench_cmd->get_options()) {
-    if (opt->get_name() != "--algo" && opt->get_name() != "--workers") opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    if (opt->get_name() != "--algo" && opt->get_name() != "--workers")
+      opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
   try {
     app.parse(argc, argv);
@@ -93,8 +94,10 @@ int main(int argc, char** argv) {
       rc = tessera::rank() == 0 ? tessera::app::run_make_dataset(make_dataset) : 0;
     } else if (bench_cmd->parsed() && bench.collective == "data") {
       // Shared with bench train, whose defaults (32 at 224^2) suit a model benchmark, not this.
-      if (bench_cmd->get_option("--batch-size")->count() > 0) data_bench.batch_size = train_bench.batch_size;
-      if (bench_cmd->get_option("--image-size")->count() > 0) data_bench.image_size = train_bench.image_size;
+      if (bench_cmd->get_option("--batch-size")->count() > 0)
+        data_bench.batch_size = train_bench.batch_size;
+      if (bench_cmd->get_option("--image-size")->count() > 0)
+        data_bench.image_size = train_bench.image_size;
       data_bench.threads = train_bench.threads;
       data_bench.json = bench.json_path;
       tessera::train::run_data_benchmark(data_bench);

@@ -18,7 +18,7 @@ CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
       ->capture_default_str();
   c->add_option("--image-size", o.image_size, "square input side in pixels")->capture_default_str();
   c->add_option("--data", o.data,
-                 "synthetic (coloured shapes on noise, generated in memory) or a data set's folder")
+                "synthetic (coloured shapes on noise, generated in memory) or a data set's folder")
       ->capture_default_str();
   c->add_option("--format", o.format,
                 "layout of --data DIR: folder (DIR/{train,val}/<class>/), csv "

@@ -12,8 +12,8 @@ namespace fs = std::filesystem;
 
 // Pascal VOC 2012's classes, in label order.
 const char* const kVocClasses[] = {
-    "background", "aeroplane", "bicycle", "bird",      "boat",        "bottle", "bus",
-    "car",        "cat",       "chair",   "cow",       "diningtable", "dog",    "horse",
+    "background", "aeroplane", "bicycle",     "bird",  "boat",        "bottle", "bus",
+    "car",        "cat",       "chair",       "cow",   "diningtable", "dog",    "horse",
     "motorbike",  "person",    "pottedplant", "sheep", "sofa",        "train",  "tvmonitor"};
 
 // ROOT/classes.txt if present (one name per line, blank lines skipped), else empty.
@@ -57,8 +57,8 @@ const char* format_name(Format format) {
 }
 
 DataSet open_dataset(const std::string& root, Format format, const std::string& split) {
-  TESSERA_CHECK(fs::is_directory(root), "--data '", root, "' is not a folder (the ", format_name(format),
-                " format reads a folder)");
+  TESSERA_CHECK(fs::is_directory(root), "--data '", root, "' is not a folder (the ",
+                format_name(format), " format reads a folder)");
   DataSet d;
   d.format = format;
   d.root = root;
@@ -92,7 +92,8 @@ DataSet open_dataset(const std::string& root, Format format, const std::string& 
       d.segmentation = true;
       d.list = list_voc(root, split);
       d.list.classes = read_class_file(root);
-      if (d.list.classes.empty()) d.list.classes.assign(std::begin(kVocClasses), std::end(kVocClasses));
+      if (d.list.classes.empty())
+        d.list.classes.assign(std::begin(kVocClasses), std::end(kVocClasses));
       d.num_classes = static_cast<int64_t>(d.list.classes.size());
       break;
     }

@@ -78,7 +78,6 @@ int read_indices(const std::string& bytes, PngError* err, png_uint_32* w, png_ui
   return 0;
 }
 
-
 // A JPEG's entropy-coded data cannot hold the byte pair FF D9 (an FF there is followed by 00 or
 // a restart marker), so the end-of-image marker near the end is the sign of a whole file; a few
 // bytes of padding after it are allowed.
@@ -97,7 +96,8 @@ bool jpeg_is_whole(const std::string& bytes) {
 torch::Tensor decode_image(const std::string& bytes, const std::string& source) {
   if (bytes.empty()) throw CorruptImage("image '" + source + "' is empty");
   const bool jpeg = bytes.size() >= 3 && static_cast<uint8_t>(bytes[0]) == 0xFF &&
-                    static_cast<uint8_t>(bytes[1]) == 0xD8 && static_cast<uint8_t>(bytes[2]) == 0xFF;
+                    static_cast<uint8_t>(bytes[1]) == 0xD8 &&
+                    static_cast<uint8_t>(bytes[2]) == 0xFF;
   if (jpeg && !jpeg_is_whole(bytes)) {
     throw CorruptImage("image '" + source + "' is a truncated JPEG (no end-of-image marker)");
   }

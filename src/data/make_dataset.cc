@@ -12,36 +12,12 @@
 
 #include "common/error.h"
 #include "data/image_codec.h"
+#include "data/shape.h"
 
 namespace tessera {
 namespace data {
 namespace {
 namespace fs = std::filesystem;
-
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-struct Shape {
-  int kind;  // 1 circle, 2 square, 3 triangle
-  double cx, cy, r;
-  std::array<double, 3> color;
-  bool contains(double x, double y) const {
-    const double dx = x - cx, dy = y - cy;
-    switch (kind) {
-      case 1:
-        return dx * dx + dy * dy <= r * r;
-      case 2:
-        return std::abs(dx) <= r * 0.85 && std::abs(dy) <= r * 0.85;
-      default:
-        if (dy > r * 0.5 || dy < -r) return false;
-        return std::abs(dx) <= (dy + r) / 1.5 * 0.866;
-    }
-  }
-};
 
 void write_bytes(const fs::path& p, const std::string& bytes, uint64_t* total) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
@@ -53,7 +29,8 @@ void write_bytes(const fs::path& p, const std::string& bytes, uint64_t* total) {
 
 std::string encode_rgb(const torch::Tensor& rgb, const std::string& ext) {
   torch::Tensor c = rgb.contiguous();
-  cv::Mat m(static_cast<int>(c.size(0)), static_cast<int>(c.size(1)), CV_8UC3, c.data_ptr<uint8_t>());
+  cv::Mat m(static_cast<int>(c.size(0)), static_cast<int>(c.size(1)), CV_8UC3,
+            c.data_ptr<uint8_t>());
   cv::Mat bgr;
   cv::cvtColor(m, bgr, cv::COLOR_RGB2BGR);
   std::vector<uchar> buf;
@@ -73,7 +50,7 @@ std::string id_of(int64_t i) {
 
 RenderedSample render_textured_shapes(uint64_t seed, int64_t index, int64_t image_size,
                                       int largest) {
-  std::mt19937_64 rng(mix(seed * 0x100000001b3ull ^ mix(static_cast<uint64_t>(index))));
+  std::mt19937_64 rng(mix_seed(seed * 0x100000001b3ull ^ mix_seed(static_cast<uint64_t>(index))));
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const int64_t s = image_size;
   const int n_shapes = 1 + static_cast<int>(rng() % 3);
@@ -115,10 +92,14 @@ RenderedSample render_textured_shapes(uint64_t seed, int64_t index, int64_t imag
           break;
         case 1:
           t = ((static_cast<int64_t>(std::floor(u / period)) +
-                static_cast<int64_t>(std::floor(v / period))) & 1) ? 1.0 : 0.0;
+                static_cast<int64_t>(std::floor(v / period))) &
+               1)
+                  ? 1.0
+                  : 0.0;
           break;
         default:
-          t = 0.5 + 0.25 * std::sin(2 * M_PI * u / period) + 0.25 * std::sin(2 * M_PI * v / (1.7 * period));
+          t = 0.5 + 0.25 * std::sin(2 * M_PI * u / period) +
+              0.25 * std::sin(2 * M_PI * v / (1.7 * period));
       }
       int kind = 0;
       std::array<double, 3> c;

@@ -13,10 +13,10 @@
 // file exists is complete.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
-
-#include <torch/torch.h>
 
 namespace tessera {
 namespace data {

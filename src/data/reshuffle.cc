@@ -120,8 +120,7 @@ ReshuffleStats global_reshuffle(comm::Communicator& comm, ShardedStore& store, u
     h.image.assign(p, ni);
     h.mask.assign(p + ni, nm);
     p += ni + nm;
-    TESSERA_CHECK(kept.emplace(g, std::move(h)).second, "reshuffle: sample ", g,
-                  " received twice");
+    TESSERA_CHECK(kept.emplace(g, std::move(h)).second, "reshuffle: sample ", g, " received twice");
     ++stats.samples_received;
   }
   std::vector<int64_t> shard = global_shuffle_shard(size, seed, epoch, me, ranks);
@@ -129,8 +128,7 @@ ReshuffleStats global_reshuffle(comm::Communicator& comm, ShardedStore& store, u
                 " samples for epoch ", epoch, " but its shard has ", shard.size(),
                 " (the ranks held different epochs' shards)");
   store.reassign(std::move(shard), std::move(kept));
-  stats.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return stats;
 }
 

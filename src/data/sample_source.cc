@@ -7,18 +7,11 @@
 #include "common/error.h"
 #include "data/augment.h"
 #include "data/image_codec.h"
+#include "data/shape.h"
 
 namespace tessera {
 namespace data {
 namespace {
-
-// SplitMix64 finaliser, to decorrelate (seed, epoch, index).
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 constexpr char kRawMagic[8] = {'T', 'S', 'R', 'A', 'W', 'P', 'X', '1'};
 
@@ -108,15 +101,17 @@ bool SampleSource::fill(Batch& b, int64_t k, int64_t pos, int64_t epoch) {
     }
     return false;
   }
-  std::mt19937_64 rng(mix(mix(options_.seed) ^ mix(static_cast<uint64_t>(epoch) * 0x100000001b3ull) ^
-                          static_cast<uint64_t>(global)));
+  std::mt19937_64 rng(mix_seed(mix_seed(options_.seed) ^
+                               mix_seed(static_cast<uint64_t>(epoch) * 0x100000001b3ull) ^
+                               static_cast<uint64_t>(global)));
   if (!data_.segmentation) {
-    TESSERA_CHECK(s.label >= 0 && s.label < data_.num_classes, "'", s.image, "' has label ", s.label,
-                  ", outside the ", data_.num_classes, " classes (0..", data_.num_classes - 1, ")");
+    TESSERA_CHECK(s.label >= 0 && s.label < data_.num_classes, "'", s.image, "' has label ",
+                  s.label, ", outside the ", data_.num_classes, " classes (0..",
+                  data_.num_classes - 1, ")");
     ClassificationAugment a;
     a.size = options_.image_size;
-    b.images[k] = options_.train ? augment_classification(image, a, rng)
-                                 : eval_classification(image, a);
+    b.images[k] =
+        options_.train ? augment_classification(image, a, rng) : eval_classification(image, a);
     b.labels[k] = s.label;
     return true;
   }

@@ -37,7 +37,7 @@ struct SourceOptions {
 };
 
 struct CorruptSample {
-  int64_t index = 0;  // in the whole data set
+  int64_t index = 0;   // in the whole data set
   std::string reason;  // names the file
 };
 

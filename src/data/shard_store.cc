@@ -1,6 +1,7 @@
 #include "data/shard_store.h"
 
 #include <fstream>
+#include <unordered_set>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -31,8 +32,10 @@ void ShardedStore::reassign(std::vector<int64_t> indices, std::unordered_map<int
   const int64_t n = static_cast<int64_t>(list_.samples.size());
   std::vector<std::unique_ptr<Entry>> entries;
   size_t memory = 0;
+  std::unordered_set<int64_t> seen;
   for (int64_t g : indices) {
     TESSERA_CHECK(g >= 0 && g < n, "sample ", g, " is outside the data set of ", n);
+    TESSERA_CHECK(seen.insert(g).second, "sample ", g, " is twice in the shard");
     auto e = std::make_unique<Entry>();
     auto it = held.find(g);
     if (it != held.end()) {
@@ -45,8 +48,8 @@ void ShardedStore::reassign(std::vector<int64_t> indices, std::unordered_map<int
     entries.push_back(std::move(e));
   }
   TESSERA_CHECK(held.empty(), "the store was handed ", held.size(),
-                " samples outside its new shard (sample ",
-                held.empty() ? 0 : held.begin()->first, ")");
+                " samples outside its new shard (sample ", held.empty() ? 0 : held.begin()->first,
+                ")");
   indices_ = std::move(indices);
   entries_ = std::move(entries);
   memory_ = memory;

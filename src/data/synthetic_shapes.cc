@@ -5,42 +5,10 @@
 #include <random>
 
 #include "common/error.h"
+#include "data/shape.h"
 
 namespace tessera {
 namespace data {
-namespace {
-
-// SplitMix64: decorrelates the per-sample seeds (seed, index) fed to the generator.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-struct Shape {
-  int kind;  // 1 circle, 2 square, 3 triangle
-  double cx, cy, r;
-  std::array<float, 3> color;
-  bool contains(double x, double y) const {
-    const double dx = x - cx, dy = y - cy;
-    switch (kind) {
-      case 1:
-        return dx * dx + dy * dy <= r * r;
-      case 2:
-        return std::abs(dx) <= r * 0.85 && std::abs(dy) <= r * 0.85;
-      default: {
-        // Upward triangle inscribed in the circle of radius r: below the two slanted edges and
-        // above the base.
-        if (dy > r * 0.5 || dy < -r) return false;
-        const double half_width = (dy + r) / 1.5 * 0.866;
-        return std::abs(dx) <= half_width;
-      }
-    }
-  }
-};
-
-}  // namespace
 
 SyntheticShapes::SyntheticShapes(int64_t size, int64_t image_size, uint64_t seed)
     : size_(size), image_size_(image_size), seed_(seed) {
@@ -50,7 +18,7 @@ SyntheticShapes::SyntheticShapes(int64_t size, int64_t image_size, uint64_t seed
 }
 
 void SyntheticShapes::render(int64_t index, float* image, int64_t* mask, int64_t* label) const {
-  std::mt19937_64 rng(mix(seed_ * 0x100000001b3ull ^ mix(static_cast<uint64_t>(index))));
+  std::mt19937_64 rng(mix_seed(seed_ * 0x100000001b3ull ^ mix_seed(static_cast<uint64_t>(index))));
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const int64_t s = image_size_;
   const int n_shapes = 1 + static_cast<int>(rng() % 3);
@@ -61,7 +29,8 @@ void SyntheticShapes::render(int64_t index, float* image, int64_t* mask, int64_t
     sh.r = s * (0.12 + 0.2 * unit(rng));
     sh.cx = sh.r + unit(rng) * (s - 2 * sh.r);
     sh.cy = sh.r + unit(rng) * (s - 2 * sh.r);
-    for (float& c : sh.color) c = static_cast<float>(0.45 + 0.55 * unit(rng));
+    // Rounded to float as before the shape was shared: the samples stay bit for bit the same.
+    for (double& c : sh.color) c = static_cast<float>(0.45 + 0.55 * unit(rng));
     shapes.push_back(sh);
   }
   // Largest first, so smaller shapes are painted over it and the label's shape stays visible.
@@ -79,7 +48,7 @@ void SyntheticShapes::render(int64_t index, float* image, int64_t* mask, int64_t
       for (const Shape& sh : shapes) {
         if (sh.contains(x + 0.5, y + 0.5)) {
           kind = sh.kind;
-          c = sh.color;
+          for (size_t ch = 0; ch < 3; ++ch) c[ch] = static_cast<float>(sh.color[ch]);
         }
       }
       mask[p] = kind;

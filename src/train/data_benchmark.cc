@@ -34,8 +34,8 @@ double median(std::vector<double> v) {
 // Runs `batches` batches of epoch `epoch` through a pipeline of `workers`; samples per second.
 double pump(data::SampleSource& src, int workers, int64_t batch, int64_t batches, int64_t epoch,
             uint64_t seed) {
-  const std::vector<int64_t> positions = data::shard_epoch_order(
-      static_cast<int64_t>(src.store().size()), seed, 0, epoch);
+  const std::vector<int64_t> positions =
+      data::shard_epoch_order(static_cast<int64_t>(src.store().size()), seed, 0, epoch);
   const int64_t per_epoch = static_cast<int64_t>(positions.size()) / batch;
   data::Prefetcher<data::Batch> pipe(
       [&](int64_t k) {
@@ -55,8 +55,8 @@ double step_rate(const DataBenchOptions& o, int64_t num_classes, bool segmentati
   spec.name = o.reference_model;
   spec.num_classes = num_classes;
   models::Model model = models::make_model(spec);
-  TESSERA_CHECK((model.task() == models::Task::kSegmentation) == segmentation,
-                "--reference-model ", o.reference_model, " does not fit the data set's task");
+  TESSERA_CHECK((model.task() == models::Task::kSegmentation) == segmentation, "--reference-model ",
+                o.reference_model, " does not fit the data set's task");
   torch::optim::SGD sgd(model.module().parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   model.module().train();
   const int64_t s = o.image_size, b = o.batch_size;
@@ -89,9 +89,8 @@ DataBenchResult run_data_benchmark(const DataBenchOptions& o) {
   so.image_size = o.image_size;
   so.seed = o.seed;
   so.keep_decoded = o.keep_decoded;
-  data::SampleSource src(set, data::strided_shard(static_cast<int64_t>(set.list.samples.size()),
-                                                  me, world),
-                         so);
+  data::SampleSource src(
+      set, data::strided_shard(static_cast<int64_t>(set.list.samples.size()), me, world), so);
   const int64_t shard = static_cast<int64_t>(src.store().size());
   TESSERA_CHECK(shard >= o.batch_size, "rank ", me, "'s shard of ", shard,
                 " samples is smaller than one batch of ", o.batch_size);
@@ -130,7 +129,8 @@ DataBenchResult run_data_benchmark(const DataBenchOptions& o) {
     row.workers = w;
     std::vector<double> rates;
     const uint64_t before = src.store().file_bytes_read();
-    for (int k = 0; k < o.repeats; ++k) rates.push_back(pump(src, w, o.batch_size, batches, epoch++, o.seed));
+    for (int k = 0; k < o.repeats; ++k)
+      rates.push_back(pump(src, w, o.batch_size, batches, epoch++, o.seed));
     row.file_bytes = src.store().file_bytes_read() - before;
     row.samples_per_s = median(rates);
     row.ratio_to_step = r.step_samples_per_s > 0 ? row.samples_per_s / r.step_samples_per_s : 0;
@@ -142,11 +142,12 @@ DataBenchResult run_data_benchmark(const DataBenchOptions& o) {
                   static_cast<unsigned long long>(row.file_bytes));
     }
     if (r.step_samples_per_s > 0) {
-      std::printf("reference: one %s training step (batch %lld, %lldx%lld, %d thread%s) consumes "
-                  "%.1f samples/s\n",
-                  o.reference_model.c_str(), static_cast<long long>(o.batch_size),
-                  static_cast<long long>(o.image_size), static_cast<long long>(o.image_size),
-                  o.threads, o.threads == 1 ? "" : "s", r.step_samples_per_s);
+      std::printf(
+          "reference: one %s training step (batch %lld, %lldx%lld, %d thread%s) consumes "
+          "%.1f samples/s\n",
+          o.reference_model.c_str(), static_cast<long long>(o.batch_size),
+          static_cast<long long>(o.image_size), static_cast<long long>(o.image_size), o.threads,
+          o.threads == 1 ? "" : "s", r.step_samples_per_s);
     }
     std::fflush(stdout);
   }

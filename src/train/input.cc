@@ -45,10 +45,11 @@ TrainInput::TrainInput(const InputOptions& o) : o_(o) {
     const data::Format format = data::parse_format(o.format);
     train_set_ = std::make_unique<data::DataSet>(data::open_dataset(o.data, format, "train"));
     val_set_ = std::make_unique<data::DataSet>(data::open_dataset(o.data, format, "val"));
-    TESSERA_CHECK(format != data::Format::kFolder || val_set_->list.classes == train_set_->list.classes,
-                  "'", o.data, "/val' holds other class folders than '", o.data,
-                  "/train' (", val_set_->list.classes.size(), " against ",
-                  train_set_->list.classes.size(), "); they must be the same");
+    TESSERA_CHECK(
+        format != data::Format::kFolder || val_set_->list.classes == train_set_->list.classes, "'",
+        o.data, "/val' holds other class folders than '", o.data, "/train' (",
+        val_set_->list.classes.size(), " against ", train_set_->list.classes.size(),
+        "); they must be the same");
     segmentation_ = train_set_->segmentation;
     num_classes_ = std::max(train_set_->num_classes, val_set_->num_classes);
     train_set_->num_classes = val_set_->num_classes = num_classes_;
@@ -104,8 +105,8 @@ void TrainInput::begin_epoch(int64_t epoch, int64_t first, int64_t end) {
     plan.seed = o_.seed;
     plan.ranks = world_;
     plan.batch = b;
-    auto order = std::make_shared<std::vector<int64_t>>(
-        data::epoch_order(train_samples_, o_.seed, epoch));
+    auto order =
+        std::make_shared<std::vector<int64_t>>(data::epoch_order(train_samples_, o_.seed, epoch));
     make = [this, plan, order](int64_t step) {
       return synth_train_->get(data::batch_indices(plan, *order, step, rank_));
     };
@@ -129,7 +130,8 @@ void TrainInput::begin_epoch(int64_t epoch, int64_t first, int64_t end) {
     if (o_.global_shuffle) {
       std::iota(positions_.begin(), positions_.end(), int64_t{0});  // the shard is in order
     } else {
-      positions_ = data::shard_epoch_order(static_cast<int64_t>(store.size()), o_.seed, rank_, epoch);
+      positions_ =
+          data::shard_epoch_order(static_cast<int64_t>(store.size()), o_.seed, rank_, epoch);
     }
     const int64_t epoch_start = epoch * steps_per_epoch_;
     make = [this, epoch, epoch_start, b](int64_t step) {
@@ -165,9 +167,9 @@ void TrainInput::close_epoch() {
   if (!first_epoch_closed_) {
     first_epoch_closed_ = true;
     store.load_all();
-    torch::Tensor m = torch::tensor({static_cast<int64_t>(store.memory_bytes()),
-                                     static_cast<int64_t>(store.file_bytes_read())},
-                                    torch::kLong);
+    torch::Tensor m = torch::tensor(
+        {static_cast<int64_t>(store.memory_bytes()), static_cast<int64_t>(store.file_bytes_read())},
+        torch::kLong);
     if (o_.dist) allreduce_(m, "data.memory", ReduceOp::kSum);
     std::ostringstream os;
     os << "rank " << rank_ << " holds " << store.size() << " samples in "
@@ -188,9 +190,8 @@ void TrainInput::close_epoch() {
   if (o_.dist) {
     std::string lines;
     for (const auto& c : mine) lines += std::to_string(c.index) + "\t" + c.reason + "\n";
-    torch::Tensor t = torch::from_blob(lines.data(), {static_cast<int64_t>(lines.size())},
-                                       torch::kUInt8)
-                          .clone();
+    torch::Tensor t =
+        torch::from_blob(lines.data(), {static_cast<int64_t>(lines.size())}, torch::kUInt8).clone();
     torch::Tensor g = allgather(t, "data.corrupt.e" + std::to_string(epoch_));
     std::istringstream in(std::string(reinterpret_cast<const char*>(g.data_ptr<uint8_t>()),
                                       static_cast<size_t>(g.numel())));

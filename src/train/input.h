@@ -57,7 +57,8 @@ class TrainInput {
   std::string describe() const;  // "voc data set '/x' (3686 train, 410 val samples, 4 classes)"
 
   // Rank's batch of global step `step` (steps come in order from the first asked for, which may
-  // be mid-epoch after a resume, and must all be below `end`). Crossing into a new epoch closes the last one (corrupt-file report; collective).
+  // be mid-epoch after a resume, and must all be below `end`). Crossing into a new epoch closes the
+  // last one (corrupt-file report; collective).
   data::Batch batch(int64_t step, int64_t end);
   // Closes the run's last epoch (the corrupt-file report). Collective.
   void finish();

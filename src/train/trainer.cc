@@ -10,11 +10,11 @@
 #include "common/error.h"
 #include "data/sampler.h"
 #include "data/synthetic_shapes.h"
-#include "train/input.h"
 #include "engine/engine.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
 #include "train/checkpoint.h"
+#include "train/input.h"
 #include "train/metrics.h"
 #include "train/schedule.h"
 
@@ -83,8 +83,7 @@ struct Evaluation {
   double accuracy = 0;
 };
 
-Evaluation evaluate(const models::Model& model, TrainInput& input, int64_t num_classes,
-                    bool dist) {
+Evaluation evaluate(const models::Model& model, TrainInput& input, int64_t num_classes, bool dist) {
   torch::NoGradGuard no_grad;
   model.module().eval();
   torch::Tensor confusion = torch::zeros({num_classes, num_classes}, torch::kLong);
@@ -316,11 +315,11 @@ TrainResult run_training(const TrainOptions& o) {
         std::printf(
             "step %lld/%lld  epoch %lld  loss %.4f  lr %.5f  %.1f img/s  data wait %.1f ms/step  "
             "ETA %s\n",
-                    static_cast<long long>(done), static_cast<long long>(total),
-                    static_cast<long long>(step / per_epoch), result.final_loss, lr, ips, wait_ms,
-                    format_eta(secs / static_cast<double>(interval_steps) *
-                               static_cast<double>(total - done))
-                        .c_str());
+            static_cast<long long>(done), static_cast<long long>(total),
+            static_cast<long long>(step / per_epoch), result.final_loss, lr, ips, wait_ms,
+            format_eta(secs / static_cast<double>(interval_steps) *
+                       static_cast<double>(total - done))
+                .c_str());
         std::fflush(stdout);
       }
       if (metrics.is_open()) {
@@ -345,6 +344,13 @@ TrainResult run_training(const TrainOptions& o) {
   input.finish();
   result.data_wait_seconds = input.waited_seconds();
   result.file_bytes_after_first_epoch = input.file_bytes_after_first_epoch();
+  if (talk && !input.memory_report().empty()) {
+    std::printf(
+        "data: rank 0 waited %.2f s for batches in all; %llu bytes read from files after "
+        "the first epoch\n",
+        result.data_wait_seconds,
+        static_cast<unsigned long long>(result.file_bytes_after_first_epoch));
+  }
   const Evaluation final_eval = run_eval(end);
   save(end);
   if (tracing) global_engine().stop_timeline();

@@ -25,8 +25,8 @@ struct TrainOptions {
   bool keep_decoded = false;       // keep decoded pixels in memory, not the files' bytes
   bool global_shuffle = false;     // a new global permutation every epoch (alltoallv)
   double max_corrupt = 0.01;       // stop when more of the training set is corrupt
-  int64_t batch_size = 8;     // per rank
-  int64_t epochs = 1;         // used when steps == 0
+  int64_t batch_size = 8;          // per rank
+  int64_t epochs = 1;              // used when steps == 0
   int64_t steps = 0;
   double lr = 0.1;  // for a global batch of base_batch (linear scaling rule)
   int64_t base_batch = 256;
@@ -70,7 +70,7 @@ struct TrainResult {
   std::string metric_name;
   std::string checkpoint;  // path written last, if any
   double images_per_second = 0;
-  double data_wait_seconds = 0;  // rank 0's step waited this long for batches in all
+  double data_wait_seconds = 0;               // rank 0's step waited this long for batches in all
   uint64_t file_bytes_after_first_epoch = 0;  // rank 0's store
 };
 

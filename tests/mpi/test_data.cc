@@ -15,6 +15,7 @@
 #include "data/make_dataset.h"
 #include "data/reshuffle.h"
 #include "mpi/torch_test_util.h"
+#include "mpi/train_test_util.h"
 #include "train/trainer.h"
 
 namespace tessera {
@@ -26,7 +27,8 @@ class DataTest : public testing::TorchTest {
   // Rank 0 writes the data set (once per name), the others wait for it.
   static std::string dataset(const std::string& kind, const std::string& name, int64_t size,
                              int64_t image_size = 40) {
-    const std::string out = ::testing::TempDir() + "/tessera_data_np" + std::to_string(n()) + "_" + name;
+    const std::string out =
+        ::testing::TempDir() + "/tessera_data_np" + std::to_string(n()) + "_" + name;
     if (r() == 0) {
       fs::remove_all(out);
       data::MakeDatasetOptions o;
@@ -60,7 +62,8 @@ std::string file_bytes(const std::string& path) {
 }
 
 TEST_F(DataTest, GlobalReshuffleMovesSamplesWithoutReadingFiles) {
-  const data::DataSet d = data::open_dataset(dataset("shapes", "reshuffle", 50), data::Format::kVoc, "train");
+  const data::DataSet d =
+      data::open_dataset(dataset("shapes", "reshuffle", 50), data::Format::kVoc, "train");
   const int64_t size = static_cast<int64_t>(d.list.samples.size());
   std::unique_ptr<comm::Communicator> comm = comm::Communicator::world();
   data::ShardedStore store(d.list, data::global_shuffle_shard(size, 3, 0, r(), n()));
@@ -74,7 +77,9 @@ TEST_F(DataTest, GlobalReshuffleMovesSamplesWithoutReadingFiles) {
     EXPECT_EQ(store.file_bytes_read(), read);
     ASSERT_EQ(store.indices(), data::global_shuffle_shard(size, 3, epoch, r(), n()));
     EXPECT_EQ(s.samples_kept + s.samples_received, static_cast<int64_t>(store.size()));
-    if (n() > 1) EXPECT_GT(s.samples_received, 0);
+    if (n() > 1) {
+      EXPECT_GT(s.samples_received, 0);
+    }
     for (size_t i = 0; i < store.size(); ++i) {
       ASSERT_EQ(store.image_bytes(i), file_bytes(store.sample(i).image)) << store.sample(i).image;
       ASSERT_EQ(store.mask_bytes(i), file_bytes(store.sample(i).mask)) << store.sample(i).mask;
@@ -167,42 +172,35 @@ TEST_F(DataTest, CorruptFilesUnderTheLimitAreSkippedOverItStop) {
   }
 }
 
-void expect_error(const train::TrainOptions& o, const std::string& fragment) {
-  try {
-    train::run_training(o);
-    ADD_FAILURE() << "expected an error containing '" << fragment << "'";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using testing::expect_training_error;
 
 TEST_F(DataTest, BadDataSetsAreTheSameErrorOnEveryRank) {
   const std::string root = dataset("classes", "bad", 12);
   train::TrainOptions o = small(root + "/nowhere", "folder");
   o.steps = 1;
-  expect_error(o, "nowhere' is not a folder");
+  expect_training_error(o, "nowhere' is not a folder");
   o = small(root, "voc");
   o.steps = 1;
-  expect_error(o, "VOC split file");
+  expect_training_error(o, "VOC split file");
   o = small(root, "folder");
   o.model = "deeplabv3plus_resnet18";
   o.steps = 1;
-  expect_error(o, "holds class labels");
+  expect_training_error(o, "holds class labels");
   o = small(root, "folder");
   o.format = "coco";
   o.steps = 1;
-  expect_error(o, "accepted: folder, csv, voc, cityscapes");
+  expect_training_error(o, "accepted: folder, csv, voc, cityscapes");
   o = small(root, "folder");
   o.batch_size = 8;  // 10 training samples
   o.steps = 1;
-  if (n() > 1) expect_error(o, "fewer than one global batch");
+  if (n() > 1) expect_training_error(o, "fewer than one global batch");
   // An empty class folder and a val split with other classes (after every rank's checks above).
   allreduce(torch::zeros({1}), "sync.before_zebra");
   if (r() == 0) fs::create_directories(root + "/val/zebra");
   allreduce(torch::zeros({1}), "sync.zebra");
   o = small(root, "folder");
   o.steps = 1;
-  expect_error(o, "zebra");
+  expect_training_error(o, "zebra");
 }
 
 }  // namespace

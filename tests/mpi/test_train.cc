@@ -12,6 +12,7 @@
 #include "models/registry.h"
 #include "models/state_dict.h"
 #include "mpi/torch_test_util.h"
+#include "mpi/train_test_util.h"
 #include "train/trainer.h"
 
 namespace tessera {
@@ -179,28 +180,21 @@ TEST_F(TrainTest, TimelineShowsAllreduceBeforeBackwardEnds) {
   EXPECT_LT(first_collective, backward_end);
 }
 
-void expect_error(const train::TrainOptions& o, const std::string& fragment) {
-  try {
-    train::run_training(o);
-    ADD_FAILURE() << "expected an error containing '" << fragment << "'";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using testing::expect_training_error;
 
 TEST_F(TrainTest, BadInputIsAClearErrorOnEveryRank) {
   train::TrainOptions o = small();
   o.steps = 2;
   o.model = "alexnet";
-  expect_error(o, "unknown model 'alexnet'");
+  expect_training_error(o, "unknown model 'alexnet'");
   o = small();
   o.steps = 2;
   o.batch_size = 0;
-  expect_error(o, "--batch-size must be > 0");
+  expect_training_error(o, "--batch-size must be > 0");
   o = small();
   o.steps = 2;
   o.resume = path("no_such_checkpoint.pt");
-  expect_error(o, "no_such_checkpoint.pt");
+  expect_training_error(o, "no_such_checkpoint.pt");
   // A truncated checkpoint: the error names it; a good one written beside it is untouched.
   o = small();
   o.steps = 2;
@@ -215,7 +209,7 @@ TEST_F(TrainTest, BadInputIsAClearErrorOnEveryRank) {
   bad.steps = 4;
   bad.resume = path("cut.pt");
   bad.checkpoint = path("good.pt");
-  expect_error(bad, "cut.pt' is truncated");
+  expect_training_error(bad, "cut.pt' is truncated");
   train::TrainOptions ok = small();
   ok.steps = 4;
   ok.resume = path("good.pt");
@@ -232,7 +226,7 @@ TEST_F(TrainTest, BadInputIsAClearErrorOnEveryRank) {
   o = small();
   o.steps = 2;
   o.init_from = path("ten.pt");
-  expect_error(o, "ten.pt: 'fc.weight' has shape [10, 512]");
+  expect_training_error(o, "ten.pt: 'fc.weight' has shape [10, 512]");
 }
 
 }  // namespace

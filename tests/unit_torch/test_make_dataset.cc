@@ -69,8 +69,10 @@ TEST(MakeDataset, ShapesIsAVocDataSetHoldingWhatWasRendered) {
   // The same seed writes the same bytes; another seed other images.
   MakeDatasetOptions again = options("shapes", "shapes_again");
   make_dataset(again);
-  EXPECT_EQ(bytes_of(o.out + "/JPEGImages/000005.jpg"), bytes_of(again.out + "/JPEGImages/000005.jpg"));
-  EXPECT_FALSE(torch::equal(render_textured_shapes(8, 5, 48).image, render_textured_shapes(7, 5, 48).image));
+  EXPECT_EQ(bytes_of(o.out + "/JPEGImages/000005.jpg"),
+            bytes_of(again.out + "/JPEGImages/000005.jpg"));
+  EXPECT_FALSE(
+      torch::equal(render_textured_shapes(8, 5, 48).image, render_textured_shapes(7, 5, 48).image));
 }
 
 TEST(MakeDataset, ClassesFoldersAndManifestsAgree) {
@@ -83,7 +85,8 @@ TEST(MakeDataset, ClassesFoldersAndManifestsAgree) {
   ASSERT_EQ(folder.list.samples.size(), 36u);
   ASSERT_EQ(csv.list.samples.size(), 36u);
   std::map<std::string, int64_t> by_path;
-  for (const Sample& s : folder.list.samples) by_path[fs::path(s.image).lexically_normal().string()] = s.label;
+  for (const Sample& s : folder.list.samples)
+    by_path[fs::path(s.image).lexically_normal().string()] = s.label;
   int jpeg = 0, png = 0;
   for (const Sample& s : csv.list.samples) {
     const std::string p = fs::path(s.image).lexically_normal().string();

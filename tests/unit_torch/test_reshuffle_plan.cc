@@ -52,7 +52,8 @@ TEST(ReshufflePlan, SendsPartitionWhatARankHoldsByNewOwner) {
       ASSERT_EQ(sends.size(), static_cast<size_t>(ranks));
       size_t total = 0;
       for (int to = 0; to < ranks; ++to) {
-        for (int64_t g : sends[static_cast<size_t>(to)]) ASSERT_EQ(owners[static_cast<size_t>(g)], to);
+        for (int64_t g : sends[static_cast<size_t>(to)])
+          ASSERT_EQ(owners[static_cast<size_t>(g)], to);
         total += sends[static_cast<size_t>(to)].size();
       }
       ASSERT_EQ(total, held.size());
@@ -73,8 +74,8 @@ TEST(ReshufflePlan, RankBatchesTogetherAreOneProcessesGlobalBatch) {
       for (int64_t epoch = 0; epoch < 2; ++epoch) {
         const std::vector<int64_t> whole = global_shuffle_shard(size, 4, epoch, 0, 1);
         for (int64_t k = 0; k < steps; ++k) {
-          std::multiset<int64_t> ranks_batch, one_process(whole.begin() + k * ranks * b,
-                                                          whole.begin() + (k + 1) * ranks * b);
+          std::multiset<int64_t> ranks_batch,
+              one_process(whole.begin() + k * ranks * b, whole.begin() + (k + 1) * ranks * b);
           for (int r = 0; r < ranks; ++r) {
             const std::vector<int64_t> shard = global_shuffle_shard(size, 4, epoch, r, ranks);
             ranks_batch.insert(shard.begin() + k * b, shard.begin() + (k + 1) * b);

@@ -90,7 +90,7 @@ TEST(SampleSource, SecondEpochReadsNoFile) {
   const DataSet d = open_dataset(shapes("reads"), Format::kVoc, "train");
   SampleSource src(d, all(36), opts());
   const std::vector<int64_t> pos = all(36);
-  run(src, pos, 2, 5, 0);  // 7 batches of 5: one sample left out
+  run(src, pos, 2, 5, 0);                 // 7 batches of 5: one sample left out
   EXPECT_GT(src.store().load_all(), 0u);  // the one left out
   const uint64_t read = src.store().file_bytes_read();
   const uint64_t before = process_read_bytes();
@@ -152,10 +152,8 @@ TEST(SampleSource, CorruptFilesAreSkippedNamedAndReplaced) {
 TEST(SampleSource, WrongMaskSizeAndLabelsAreErrorsNamingTheFile) {
   const std::string root = shapes("errors");
   const DataSet d = open_dataset(root, Format::kVoc, "train");
-  put(d.list.samples[0].mask,
-                        encode_palette_png(torch::zeros({20, 40}, torch::kUInt8)));
-  put(d.list.samples[1].mask,
-                        encode_palette_png(torch::full({40, 40}, 7, torch::kUInt8)));
+  put(d.list.samples[0].mask, encode_palette_png(torch::zeros({20, 40}, torch::kUInt8)));
+  put(d.list.samples[1].mask, encode_palette_png(torch::full({40, 40}, 7, torch::kUInt8)));
   SampleSource src(d, all(36), opts());
   const std::vector<int64_t> pos = all(36);
   auto error_of = [&](size_t begin) -> std::string {
@@ -185,12 +183,11 @@ TEST(SampleSource, CityscapesLabelIdsBecomeTrainIds) {
     fs::create_directories(root / "leftImg8bit" / split / "aachen");
     fs::create_directories(root / "gtFine" / split / "aachen");
     put((root / "leftImg8bit" / split / "aachen" / "a_000001_leftImg8bit.png").string(),
-                          encode_palette_png(torch::zeros({32, 32}, torch::kUInt8)));
+        encode_palette_png(torch::zeros({32, 32}, torch::kUInt8)));
     torch::Tensor ids = torch::full({32, 32}, 7, torch::kUInt8);  // road
-    ids.narrow(0, 16, 16).fill_(26);                             // car
-    ids[0][0] = 3;                                               // out of roi: ignored
-    put(
-        (root / "gtFine" / split / "aachen" / "a_000001_gtFine_labelIds.png").string(),
+    ids.narrow(0, 16, 16).fill_(26);                              // car
+    ids[0][0] = 3;                                                // out of roi: ignored
+    put((root / "gtFine" / split / "aachen" / "a_000001_gtFine_labelIds.png").string(),
         encode_palette_png(ids));
   }
   const DataSet d = open_dataset(root.string(), Format::kCityscapes, "val");

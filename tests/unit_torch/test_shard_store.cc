@@ -43,6 +43,8 @@ TEST(ShardedStore, PartitionIsDeterministicAndCoversTheList) {
   EXPECT_EQ(seen.size(), 11u);
   EXPECT_THROW(ShardedStore(list, 11, 12), InvalidArgument);  // rank 11 would hold nothing
   EXPECT_THROW(ShardedStore(list, 3, 3), InvalidArgument);    // not a rank
+  EXPECT_THROW(ShardedStore(list, std::vector<int64_t>{1, 4, 1}), InvalidArgument);  // twice
+  EXPECT_THROW(ShardedStore(list, std::vector<int64_t>{11}), InvalidArgument);       // outside
 }
 
 TEST(ShardedStore, SecondPassReadsNoFile) {
