@@ -53,18 +53,7 @@ RenderedSample render_textured_shapes(uint64_t seed, int64_t index, int64_t imag
   std::mt19937_64 rng(mix_seed(seed * 0x100000001b3ull ^ mix_seed(static_cast<uint64_t>(index))));
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const int64_t s = image_size;
-  const int n_shapes = 1 + static_cast<int>(rng() % 3);
-  std::vector<Shape> shapes;
-  for (int k = 0; k < n_shapes; ++k) {
-    Shape sh;
-    sh.kind = 1 + static_cast<int>(rng() % 3);
-    sh.r = s * (0.12 + 0.2 * unit(rng));
-    sh.cx = sh.r + unit(rng) * (s - 2 * sh.r);
-    sh.cy = sh.r + unit(rng) * (s - 2 * sh.r);
-    for (double& c : sh.color) c = 0.45 + 0.55 * unit(rng);
-    shapes.push_back(sh);
-  }
-  std::sort(shapes.begin(), shapes.end(), [](const Shape& a, const Shape& b) { return a.r > b.r; });
+  std::vector<Shape> shapes = random_shapes(rng, s);
   if (largest != 0) shapes.front().kind = largest;
   // The background: two dark colours mixed by a texture (stripes at an angle, checks, or
   // crossed waves) plus pixel noise, so that colour alone does not separate shape from ground.

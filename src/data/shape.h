@@ -2,9 +2,12 @@
 // sample i a pure function of (seed, i), and the three shapes they draw.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <random>
+#include <vector>
 
 namespace tessera {
 namespace data {
@@ -37,6 +40,25 @@ struct Shape {
     }
   }
 };
+
+// One to three random shapes inside an s x s image, largest first (so the smaller ones are
+// painted over it and the label's shape stays visible). Draws from `rng` in a fixed order.
+inline std::vector<Shape> random_shapes(std::mt19937_64& rng, int64_t s) {
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const int n_shapes = 1 + static_cast<int>(rng() % 3);
+  std::vector<Shape> shapes;
+  for (int k = 0; k < n_shapes; ++k) {
+    Shape sh;
+    sh.kind = 1 + static_cast<int>(rng() % 3);
+    sh.r = s * (0.12 + 0.2 * unit(rng));
+    sh.cx = sh.r + unit(rng) * (s - 2 * sh.r);
+    sh.cy = sh.r + unit(rng) * (s - 2 * sh.r);
+    for (double& c : sh.color) c = 0.45 + 0.55 * unit(rng);
+    shapes.push_back(sh);
+  }
+  std::sort(shapes.begin(), shapes.end(), [](const Shape& a, const Shape& b) { return a.r > b.r; });
+  return shapes;
+}
 
 }  // namespace data
 }  // namespace tessera

@@ -21,20 +21,8 @@ void SyntheticShapes::render(int64_t index, float* image, int64_t* mask, int64_t
   std::mt19937_64 rng(mix_seed(seed_ * 0x100000001b3ull ^ mix_seed(static_cast<uint64_t>(index))));
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const int64_t s = image_size_;
-  const int n_shapes = 1 + static_cast<int>(rng() % 3);
-  std::vector<Shape> shapes;
-  for (int k = 0; k < n_shapes; ++k) {
-    Shape sh;
-    sh.kind = 1 + static_cast<int>(rng() % 3);
-    sh.r = s * (0.12 + 0.2 * unit(rng));
-    sh.cx = sh.r + unit(rng) * (s - 2 * sh.r);
-    sh.cy = sh.r + unit(rng) * (s - 2 * sh.r);
-    // Rounded to float as before the shape was shared: the samples stay bit for bit the same.
-    for (double& c : sh.color) c = static_cast<float>(0.45 + 0.55 * unit(rng));
-    shapes.push_back(sh);
-  }
-  // Largest first, so smaller shapes are painted over it and the label's shape stays visible.
-  std::sort(shapes.begin(), shapes.end(), [](const Shape& a, const Shape& b) { return a.r > b.r; });
+  // Colours are used rounded to float, as before the shapes were shared: bit for bit the same.
+  const std::vector<Shape> shapes = random_shapes(rng, s);
   *label = shapes.front().kind - 1;
   const std::array<float, 3> tint = {static_cast<float>(0.3 * unit(rng)),
                                      static_cast<float>(0.3 * unit(rng)),
