@@ -57,4 +57,24 @@ out=$(TESSERA_SEGMENT_BYTES=lots run bench allreduce -e 1K 2>&1); rc=$?
 check "malformed TESSERA_SEGMENT_BYTES" 2 "TESSERA_SEGMENT_BYTES='lots'" "$out" $rc
 out=$(TESSERA_COST_TABLE=/nonexistent.json run bench allreduce -e 1K 2>&1); rc=$?
 check "missing cost table" 2 "cannot read TESSERA_COST_TABLE='/nonexistent.json'" "$out" $rc
+# The input pipeline from the command line: make-dataset, bench data, training on the files with a
+# corrupt JPEG (skipped, named, listed at the epoch's end) and no file read after the first epoch.
+out=$("$tessera" make-dataset shapes --out "$work/shapes" --size 40 --image-size 48 2>&1); rc=$?
+check "make-dataset shapes" 0 "36 train + 4 val samples of 48x48" "$out" $rc
+out=$(run bench data --data "$work/shapes" --format voc --workers 1,2 --batch-size 4 \
+  --image-size 32 --repeats 1 --json "$work/data.json" 2>&1); rc=$?
+check "bench data" 0 "deeplabv3plus_resnet18 training step (batch 4, 32x32, 1 thread) consumes" "$out" $rc
+grep -q '"ratio_to_step"' "$work/data.json" || { echo "FAIL bench data: no JSON"; fail=1; }
+out=$(run bench data --data "$work/nowhere" --format voc 2>&1); rc=$?
+check "bench data without a data set" 2 "nowhere' is not a folder" "$out" $rc
+head -c 300 "$work/shapes/JPEGImages/000007.jpg" > "$work/cut.jpg"
+mv "$work/cut.jpg" "$work/shapes/JPEGImages/000007.jpg"
+out=$(run train --data "$work/shapes" --format voc --image-size 32 --batch-size 2 --steps 12 \
+  --log-every 6 --max-corrupt 0.05 2>&1); rc=$?
+check "train on files: data wait" 0 "data wait" "$out" $rc
+check "train on files: corrupt file named" 0 "000007.jpg' is a truncated JPEG" "$out" $rc
+check "train on files: listed at the epoch's end" 0 "1 corrupt training samples skipped so far" "$out" $rc
+check "train on files: no reads after the first epoch" 0 "0 bytes read from files after the first epoch" "$out" $rc
+out=$(run train --data "$work/shapes" --format voc --image-size 32 --batch-size 2 --steps 12 2>&1); rc=$?
+check "train on files: over --max-corrupt" 2 "more than --max-corrupt 1% allows" "$out" $rc
 exit $fail
