@@ -316,6 +316,27 @@ void alltoallv(Communicator& comm, const void* send, const std::vector<size_t>& 
   reqs.wait_all();
 }
 
+void exchange(Communicator& comm, const std::vector<PeerBuffer>& sends,
+              const std::vector<PeerBuffer>& recvs) {
+  for (const auto* list : {&sends, &recvs}) {
+    for (const PeerBuffer& b : *list) {
+      TESSERA_CHECK(b.peer >= -1 && b.peer < comm.size(), "exchange: peer ", b.peer,
+                    " is outside 0..", comm.size() - 1);
+      TESSERA_CHECK(b.tag >= 0 && b.tag < (1 << 15), "exchange: tag ", b.tag,
+                    " is outside 0..32767");
+      check_buffer(b.data, b.bytes, "a buffer", "exchange");
+    }
+  }
+  Requests reqs(comm, "exchange", knobs().timeout_s);
+  for (const PeerBuffer& b : recvs) {
+    if (b.peer >= 0 && b.bytes > 0) reqs.irecv(b.data, b.bytes, b.peer, b.tag);
+  }
+  for (const PeerBuffer& b : sends) {
+    if (b.peer >= 0 && b.bytes > 0) reqs.isend(b.data, b.bytes, b.peer, b.tag);
+  }
+  reqs.wait_all();
+}
+
 void barrier(Communicator& comm) {
   Requests reqs(comm, "barrier", knobs().timeout_s);
   MPI_Request r = MPI_REQUEST_NULL;

@@ -57,6 +57,19 @@ void alltoallv(Communicator& comm, const void* send, const std::vector<size_t>& 
                void* recv, const std::vector<size_t>& recv_counts, DataType dtype);
 void barrier(Communicator& comm);
 
+// Point-to-point exchange with chosen peers (the spatial halo exchange): every send and receive
+// is posted at once, then all are waited for, bounded by TESSERA_TIMEOUT (a TimeoutError names
+// the peer). A peer of -1 is skipped, like MPI_PROC_NULL. Each send must meet the peer's receive
+// of the same tag and size. Not a collective: only the ranks named take part.
+struct PeerBuffer {
+  int peer = -1;
+  int tag = 0;
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+void exchange(Communicator& comm, const std::vector<PeerBuffer>& sends,
+              const std::vector<PeerBuffer>& recvs);
+
 // MPI's own blocking collectives, the reference that `tessera bench` prints beside ours.
 namespace mpi_reference {
 void allgather(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype);

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "spatial/grid.h"
+#include "spatial/halo_plan.h"
 #include "spatial/tile_geometry.h"
 
 namespace tessera {
@@ -139,8 +140,8 @@ TEST(TileGeometry, EveryTileReproducesTheWholeAxis) {
                 // Halos come from the neighbours' blocks only, and none at the border.
                 ASSERT_LE(t.halo_lo, n / parts);
                 ASSERT_LE(t.halo_hi, n / parts);
-                if (p == 0) ASSERT_EQ(t.halo_lo, 0);
-                if (p == parts - 1) ASSERT_EQ(t.halo_hi, 0);
+                ASSERT_TRUE(p != 0 || t.halo_lo == 0);
+                ASSERT_TRUE(p != parts - 1 || t.halo_hi == 0);
                 // The local buffer: own block extended by the halos, minus the skipped ends.
                 const int64_t lo = t.in_lo - t.halo_lo + t.skip_lo,
                               hi = t.in_hi + t.halo_hi - t.skip_hi;
@@ -213,6 +214,57 @@ TEST(TileGeometry, RefusalsNameTheSizesThatWork) {
       }
     }
   }
+}
+
+TEST(HaloPlan, EverySendMeetsTheNeighboursReceiveAndTheHalosTileTheBuffer) {
+  int plans = 0;
+  for (int ph = 1; ph <= 3; ++ph) {
+    for (int pw = 1; pw <= 3; ++pw) {
+      for (const WindowSpec& win :
+           {WindowSpec{3, 1, 1, 1}, WindowSpec{5, 1, 1, 2}, WindowSpec{3, 2, 1, 1},
+            WindowSpec{3, 1, 2, 2}, WindowSpec{1, 1, 1, 0}, WindowSpec{7, 2, 1, 3}}) {
+        const int64_t n = 24;
+        if (!axis_problem(n, ph, win).empty() || !axis_problem(n, pw, win).empty()) continue;
+        const auto rows = plan_axis(n, ph, win), cols = plan_axis(n, pw, win);
+        for (int h = 0; h < ph; ++h) {
+          for (int w = 0; w < pw; ++w) {
+            ++plans;
+            const HaloPlan p = plan_halos(ph, pw, h, w, rows, cols);
+            // Own block plus the received rectangles cover the extended buffer exactly once.
+            std::vector<int> cover(static_cast<size_t>(p.ext_rows * p.ext_cols), 0);
+            auto paint = [&](const Rect& r) {
+              for (int64_t i = r.r0; i < r.r1; ++i)
+                for (int64_t j = r.c0; j < r.c1; ++j)
+                  ++cover[static_cast<size_t>(i * p.ext_cols + j)];
+            };
+            paint(p.own);
+            for (const HaloRegion& r : p.regions) {
+              if (r.peer < 0) {
+                ASSERT_TRUE(r.send.empty() && r.recv.empty());
+                continue;
+              }
+              paint(r.recv);
+              // The neighbour's matching region: it sends me what I receive, same shape and tag.
+              const HaloPlan q = plan_halos(ph, pw, h + r.dh, w + r.dw, rows, cols);
+              const HaloRegion* back = nullptr;
+              for (const HaloRegion& x : q.regions) {
+                if (x.dh == -r.dh && x.dw == -r.dw) back = &x;
+              }
+              ASSERT_NE(back, nullptr);
+              ASSERT_EQ(back->peer, h * pw + w);
+              ASSERT_EQ(back->send_tag, r.recv_tag);
+              ASSERT_EQ(back->send.rows(), r.recv.rows());
+              ASSERT_EQ(back->send.cols(), r.recv.cols());
+              ASSERT_EQ(back->recv.rows(), r.send.rows());
+              ASSERT_EQ(back->recv.cols(), r.send.cols());
+            }
+            for (int c : cover) ASSERT_EQ(c, 1);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(plans, 50);
 }
 
 }  // namespace
