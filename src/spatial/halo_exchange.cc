@@ -1,5 +1,7 @@
 #include "spatial/halo_exchange.h"
 
+#include <limits>
+
 #include "comm/collectives.h"
 #include "common/error.h"
 
@@ -115,17 +117,21 @@ torch::Tensor halo_exchange(const torch::Tensor& tile, const HaloPlan& plan,
   return HaloExchange::apply(tile, &plan, &spatial);
 }
 
-torch::Tensor spatial_conv2d(const torch::Tensor& tile, const torch::Tensor& weight,
-                             const torch::Tensor& bias, int64_t stride, int64_t padding,
-                             int64_t dilation, const TileSpace& s) {
-  TESSERA_CHECK(s.comm != nullptr && s.comm->size() == s.ph * s.pw, "spatial_conv2d needs the ",
-                s.ph, "x", s.pw, " spatial group's communicator");
-  TESSERA_CHECK(tile.dim() == 4 && weight.dim() == 4, "spatial_conv2d takes [N, C, H, W] tiles");
+namespace {
+
+// The tile framed by the halos a window of `kernel` x `kernel` needs, trimmed to what it reads
+// and padded at the image border with `fill`: ready for the layer with padding 0.
+torch::Tensor windowed_input(const torch::Tensor& tile, int64_t kh, int64_t kw, int64_t stride,
+                             int64_t padding, int64_t dilation, double fill, const TileSpace& s,
+                             const char* layer) {
+  TESSERA_CHECK(s.comm != nullptr && s.comm->size() == s.ph * s.pw, layer, " needs the ", s.ph, "x",
+                s.pw, " spatial group's communicator");
+  TESSERA_CHECK(tile.dim() == 4, layer, " takes [N, C, H, W] tiles, got ", tile.sizes());
   const int64_t height = tile.size(2) * s.ph, width = tile.size(3) * s.pw;
   const std::vector<AxisTile> rows =
-      plan_axis(height, s.ph, WindowSpec{weight.size(2), stride, dilation, padding}, "height");
+      plan_axis(height, s.ph, WindowSpec{kh, stride, dilation, padding}, "height");
   const std::vector<AxisTile> cols =
-      plan_axis(width, s.pw, WindowSpec{weight.size(3), stride, dilation, padding}, "width");
+      plan_axis(width, s.pw, WindowSpec{kw, stride, dilation, padding}, "width");
   const HaloPlan plan = plan_halos(s.ph, s.pw, s.h, s.w, rows, cols);
   const AxisTile& r = *plan.row;
   const AxisTile& c = *plan.col;
@@ -133,11 +139,45 @@ torch::Tensor spatial_conv2d(const torch::Tensor& tile, const torch::Tensor& wei
   x = x.narrow(2, r.skip_lo, x.size(2) - r.skip_lo - r.skip_hi)
           .narrow(3, c.skip_lo, x.size(3) - c.skip_lo - c.skip_hi);
   if (r.pad_lo + r.pad_hi + c.pad_lo + c.pad_hi > 0) {
-    x = torch::constant_pad_nd(x, {c.pad_lo, c.pad_hi, r.pad_lo, r.pad_hi}, 0);
+    x = torch::constant_pad_nd(x, {c.pad_lo, c.pad_hi, r.pad_lo, r.pad_hi}, fill);
   }
-  const std::vector<int64_t> st = {stride, stride}, zero = {0, 0}, dil = {dilation, dilation};
+  return x;
+}
+
+std::vector<int64_t> pair(int64_t v) { return {v, v}; }
+
+}  // namespace
+
+torch::Tensor spatial_conv2d(const torch::Tensor& tile, const torch::Tensor& weight,
+                             const torch::Tensor& bias, int64_t stride, int64_t padding,
+                             int64_t dilation, const TileSpace& s) {
+  TESSERA_CHECK(weight.dim() == 4, "spatial_conv2d takes [C', C, kh, kw] weights");
+  const torch::Tensor x = windowed_input(tile, weight.size(2), weight.size(3), stride, padding,
+                                         dilation, 0.0, s, "spatial_conv2d");
+  const std::vector<int64_t> st = pair(stride), zero = pair(0), dil = pair(dilation);
   return torch::conv2d(x, weight, bias, at::IntArrayRef(st), at::IntArrayRef(zero),
                        at::IntArrayRef(dil));
+}
+
+torch::Tensor spatial_max_pool2d(const torch::Tensor& tile, int64_t kernel, int64_t stride,
+                                 int64_t padding, int64_t dilation, const TileSpace& s) {
+  // torch pads max pooling with -infinity: padding never wins.
+  const torch::Tensor x =
+      windowed_input(tile, kernel, kernel, stride, padding, dilation,
+                     -std::numeric_limits<double>::infinity(), s, "spatial_max_pool2d");
+  const std::vector<int64_t> k = pair(kernel), st = pair(stride), zero = pair(0),
+                             dil = pair(dilation);
+  return torch::max_pool2d(x, at::IntArrayRef(k), at::IntArrayRef(st), at::IntArrayRef(zero),
+                           at::IntArrayRef(dil));
+}
+
+torch::Tensor spatial_avg_pool2d(const torch::Tensor& tile, int64_t kernel, int64_t stride,
+                                 int64_t padding, const TileSpace& s) {
+  // count_include_pad: the zeros of the padding count in the mean, as torch's default.
+  const torch::Tensor x =
+      windowed_input(tile, kernel, kernel, stride, padding, 1, 0.0, s, "spatial_avg_pool2d");
+  const std::vector<int64_t> k = pair(kernel), st = pair(stride), zero = pair(0);
+  return torch::avg_pool2d(x, at::IntArrayRef(k), at::IntArrayRef(st), at::IntArrayRef(zero));
 }
 
 }  // namespace spatial

@@ -33,5 +33,12 @@ torch::Tensor spatial_conv2d(const torch::Tensor& tile, const torch::Tensor& wei
                              const torch::Tensor& bias, int64_t stride, int64_t padding,
                              int64_t dilation, const TileSpace& space);
 
+// Max and average pooling over the tiled image, equal to torch's max_pool2d / avg_pool2d (with
+// count_include_pad, PyTorch's default) on the whole image, tile by tile.
+torch::Tensor spatial_max_pool2d(const torch::Tensor& tile, int64_t kernel, int64_t stride,
+                                 int64_t padding, int64_t dilation, const TileSpace& space);
+torch::Tensor spatial_avg_pool2d(const torch::Tensor& tile, int64_t kernel, int64_t stride,
+                                 int64_t padding, const TileSpace& space);
+
 }  // namespace spatial
 }  // namespace tessera

@@ -1,8 +1,9 @@
 // Spatial decomposition across ranks: the halo exchange fills every halo cell (faces and corners)
 // with its neighbour's value, and the spatial convolution equals torch's convolution on the whole
 // image, forward and backward (input-gradient tiles, weight and bias gradients summed over the
-// spatial group), for every grid that fits the job (1x2, 2x1, 3x1, 1x3, 2x2, and 1x2 / 2x1 with
-// two data groups at 4 ranks) and a range of kernel, stride, dilation and padding.
+// spatial group), and so do max and average pooling, for every grid that fits the job (1x2, 2x1,
+// 3x1, 1x3, 2x2, and 1x2 / 2x1 with two data groups at 4 ranks) and a range of kernel, stride,
+// dilation and padding.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -126,6 +127,52 @@ TEST_F(SpatialTest, ConvolutionEqualsTheWholeImageForwardAndBackward) {
   if (world_->rank() == 0)
     std::printf("[ spatial conv ] %d grid x layer settings matched\n", checked);
   EXPECT_GT(checked, 10);
+}
+
+TEST_F(SpatialTest, PoolingEqualsTheWholeImageForwardAndBackward) {
+  if (grids().empty()) GTEST_SKIP() << "needs 2 or more ranks";
+  const int64_t H = 12, W = 12;
+  int checked = 0;
+  for (const GridShape& g : grids()) {
+    const Place p = place(g);
+    for (int64_t k : {2, 3}) {
+      for (int64_t s : {1, 2}) {
+        for (int64_t q = 0; q <= k / 2; ++q) {
+          for (int64_t d : {1, 2}) {
+            for (bool max : {true, false}) {
+              if (!max && d != 1) continue;  // average pooling has no dilation
+              const WindowSpec win{k, s, d, q};
+              if (!axis_problem(H, g.h, win).empty() || !axis_problem(W, g.w, win).empty())
+                continue;
+              torch::manual_seed(100 * k + 10 * s + q + (max ? 1000 : 0));
+              torch::Tensor x = torch::randn({2, 3, H, W}, torch::kDouble).requires_grad_();
+              const std::vector<int64_t> kk = {k, k}, st = {s, s}, pad = {q, q}, dil = {d, d};
+              torch::Tensor out =
+                  max ? torch::max_pool2d(x, at::IntArrayRef(kk), at::IntArrayRef(st),
+                                          at::IntArrayRef(pad), at::IntArrayRef(dil))
+                      : torch::avg_pool2d(x, at::IntArrayRef(kk), at::IntArrayRef(st),
+                                          at::IntArrayRef(pad));
+              torch::Tensor up = torch::randn(out.sizes(), torch::kDouble);
+              (out * up).sum().backward();
+              torch::Tensor xt = tile_of(x.detach(), p).clone().requires_grad_();
+              torch::Tensor ot = max ? spatial_max_pool2d(xt, k, s, q, d, p.space())
+                                     : spatial_avg_pool2d(xt, k, s, q, p.space());
+              const std::string what = std::string(max ? "max " : "avg ") + win.describe();
+              ASSERT_EQ(ot.sizes(), tile_of(out, p).sizes()) << what;
+              ASSERT_TRUE(torch::allclose(ot, tile_of(out.detach(), p), 1e-12, 1e-12)) << what;
+              (ot * tile_of(up, p)).sum().backward();
+              ASSERT_TRUE(torch::allclose(xt.grad(), tile_of(x.grad(), p), 1e-12, 1e-12))
+                  << "input gradient, " << what;
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (world_->rank() == 0)
+    std::printf("[ spatial pooling ] %d grid x layer settings matched\n", checked);
+  EXPECT_GT(checked, 5);
 }
 
 TEST_F(SpatialTest, SizesThatDoNotDivideAreRefusedNamingOnesThatDo) {
