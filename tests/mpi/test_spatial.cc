@@ -1,9 +1,10 @@
 // Spatial decomposition across ranks: the halo exchange fills every halo cell (faces and corners)
 // with its neighbour's value, and the spatial convolution equals torch's convolution on the whole
 // image, forward and backward (input-gradient tiles, weight and bias gradients summed over the
-// spatial group), and so do max and average pooling, for every grid that fits the job (1x2, 2x1,
-// 3x1, 1x3, 2x2, and 1x2 / 2x1 with two data groups at 4 ranks) and a range of kernel, stride,
-// dilation and padding.
+// spatial group), and so do max and average pooling, global average pooling with a head,
+// BatchNorm with the whole image's statistics and bilinear upsampling, for every grid that fits the
+// job (1x2, 2x1, 3x1, 1x3, 2x2, and 1x2 / 2x1 with two data groups at 4 ranks) and a range of
+// kernel, stride, dilation and padding.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,6 +13,7 @@
 #include "mpi/mpi_test_util.h"
 #include "spatial/grid.h"
 #include "spatial/halo_exchange.h"
+#include "spatial/spatial_ops.h"
 
 namespace tessera {
 namespace spatial {
@@ -173,6 +175,76 @@ TEST_F(SpatialTest, PoolingEqualsTheWholeImageForwardAndBackward) {
   if (world_->rank() == 0)
     std::printf("[ spatial pooling ] %d grid x layer settings matched\n", checked);
   EXPECT_GT(checked, 5);
+}
+
+// Sums a gradient over the spatial group (what the model's one allreduce will do).
+torch::Tensor summed(const torch::Tensor& g, comm::Communicator& c) {
+  torch::Tensor t = g.contiguous().clone();
+  comm::allreduce(c, t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                  DataType::kFloat64);
+  return t;
+}
+
+TEST_F(SpatialTest, GroupLayersEqualTheWholeImageForwardAndBackward) {
+  if (grids().empty()) GTEST_SKIP() << "needs 2 or more ranks";
+  const int64_t H = 12, W = 12;
+  for (const GridShape& g : grids()) {
+    const Place p = place(g);
+    const std::string grid = std::to_string(g.h) + "x" + std::to_string(g.w);
+    torch::manual_seed(5);
+    torch::Tensor x = torch::randn({2, 3, H, W}, torch::kDouble).requires_grad_();
+    // Global average pooling and a linear head: every rank computes the head's loss, divided by
+    // the group's size, so each sample counts once once the gradients are summed.
+    {
+      torch::Tensor fc = torch::randn({5, 3}, torch::kDouble).requires_grad_();
+      torch::Tensor up = torch::randn({2, 5}, torch::kDouble);
+      (torch::linear(x.mean({2, 3}), fc) * up).sum().backward();
+      torch::Tensor xt = tile_of(x.detach(), p).clone().requires_grad_();
+      torch::Tensor ft = fc.detach().clone().requires_grad_();
+      torch::Tensor pooled = spatial_global_avg_pool(xt, p.space());
+      ASSERT_TRUE(torch::allclose(pooled, x.detach().mean({2, 3}), 1e-12, 1e-12)) << grid;
+      ((torch::linear(pooled, ft) * up).sum() / p.comm->size()).backward();
+      ASSERT_TRUE(torch::allclose(xt.grad(), tile_of(x.grad(), p), 1e-12, 1e-12)) << grid;
+      ASSERT_TRUE(torch::allclose(summed(ft.grad(), *p.comm), fc.grad(), 1e-12, 1e-12)) << grid;
+      x.mutable_grad().reset();
+    }
+    // BatchNorm with the whole image's batch statistics.
+    {
+      torch::Tensor w = torch::randn({3}, torch::kDouble).requires_grad_();
+      torch::Tensor b = torch::randn({3}, torch::kDouble).requires_grad_();
+      torch::Tensor rm = torch::zeros({3}, torch::kDouble), rv = torch::ones({3}, torch::kDouble);
+      torch::Tensor out = torch::batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5, false);
+      torch::Tensor up = torch::randn(out.sizes(), torch::kDouble);
+      (out * up).sum().backward();
+      torch::Tensor xt = tile_of(x.detach(), p).clone().requires_grad_();
+      torch::Tensor wt = w.detach().clone().requires_grad_(),
+                    bt = b.detach().clone().requires_grad_();
+      torch::Tensor rmt = torch::zeros({3}, torch::kDouble), rvt = torch::ones({3}, torch::kDouble);
+      torch::Tensor ot = spatial_batch_norm(xt, wt, bt, rmt, rvt, 0.1, 1e-5, *p.comm);
+      ASSERT_TRUE(torch::allclose(ot, tile_of(out.detach(), p), 1e-10, 1e-10)) << grid;
+      (ot * tile_of(up, p)).sum().backward();
+      ASSERT_TRUE(torch::allclose(xt.grad(), tile_of(x.grad(), p), 1e-9, 1e-10)) << grid;
+      ASSERT_TRUE(torch::allclose(summed(wt.grad(), *p.comm), w.grad(), 1e-10, 1e-10)) << grid;
+      ASSERT_TRUE(torch::allclose(summed(bt.grad(), *p.comm), b.grad(), 1e-10, 1e-10)) << grid;
+      ASSERT_TRUE(torch::allclose(rmt, rm, 1e-12, 1e-12)) << grid;
+      ASSERT_TRUE(torch::allclose(rvt, rv, 1e-12, 1e-12)) << grid;
+      x.mutable_grad().reset();
+    }
+    // Bilinear upsampling (align_corners false) by 2 and 4.
+    for (int64_t f : {2, 4}) {
+      const std::vector<int64_t> size = {H * f, W * f};
+      torch::Tensor out = torch::upsample_bilinear2d(x, at::IntArrayRef(size), false);
+      torch::Tensor up = torch::randn(out.sizes(), torch::kDouble);
+      (out * up).sum().backward();
+      torch::Tensor xt = tile_of(x.detach(), p).clone().requires_grad_();
+      torch::Tensor ot = spatial_upsample_bilinear(xt, f, p.space());
+      ASSERT_TRUE(torch::allclose(ot, tile_of(out.detach(), p), 1e-12, 1e-12)) << grid << " x" << f;
+      (ot * tile_of(up, p)).sum().backward();
+      ASSERT_TRUE(torch::allclose(xt.grad(), tile_of(x.grad(), p), 1e-12, 1e-12))
+          << grid << " x" << f;
+      x.mutable_grad().reset();
+    }
+  }
 }
 
 TEST_F(SpatialTest, SizesThatDoNotDivideAreRefusedNamingOnesThatDo) {
