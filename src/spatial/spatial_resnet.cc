@@ -1,5 +1,7 @@
 #include "spatial/spatial_resnet.h"
 
+#include <string>
+
 #include "common/error.h"
 #include "spatial/spatial_ops.h"
 
@@ -64,17 +66,89 @@ torch::Tensor block(torch::nn::Module& b, const torch::Tensor& x, const Run& r) 
   return torch::relu(out + identity);
 }
 
+models::ResNetFeatures features(models::ResNetImpl& net, const torch::Tensor& tile, const Run& r) {
+  torch::Tensor x = torch::relu(norm(*child(net, "bn1"), conv(*child(net, "conv1"), tile, r), r));
+  x = spatial_max_pool2d(x, 3, 2, 1, 1, r.space);
+  models::ResNetFeatures f;
+  for (const char* layer : {"layer1", "layer2", "layer3", "layer4"}) {
+    for (const auto& b : child(net, layer)->children()) x = block(*b, x, r);
+    if (std::string(layer) == "layer1") f.low = x;
+  }
+  f.high = x;
+  return f;
+}
+
+// conv - BatchNorm - ReLU (a Sequential named .0 .1 .2).
+torch::Tensor conv_bn_relu(torch::nn::Module& seq, const torch::Tensor& x, const Run& r) {
+  return torch::relu(norm(*child(seq, "1"), conv(*child(seq, "0"), x, r), r));
+}
+
+torch::Tensor upsample_to(const torch::Tensor& x, int64_t rows, const TileSpace& space) {
+  TESSERA_CHECK(rows % x.size(2) == 0, "spatial DeepLab: upsampling ", x.size(2), " rows to ", rows,
+                " is not by an integer factor");
+  return spatial_upsample_bilinear(x, rows / x.size(2), space);
+}
+
 }  // namespace
+
+models::ResNetFeatures spatial_resnet_features(models::ResNetImpl& net, const torch::Tensor& tile,
+                                               const TileSpace& space,
+                                               comm::Communicator* bn_stats) {
+  TESSERA_CHECK(space.comm != nullptr, "spatial_resnet_features needs the spatial communicator");
+  return features(net, tile,
+                  Run{space, bn_stats != nullptr ? bn_stats : space.comm, net.is_training()});
+}
+
+torch::Tensor spatial_deeplab_forward(models::DeepLabV3PlusImpl& net, const torch::Tensor& tile,
+                                      const TileSpace& space, comm::Communicator* bn_stats) {
+  TESSERA_CHECK(space.comm != nullptr, "spatial_deeplab_forward needs the spatial communicator");
+  const Run r{space, bn_stats != nullptr ? bn_stats : space.comm, net.is_training()};
+  const models::ResNetFeatures f =
+      features(*child(net, "backbone")->as<models::ResNetImpl>(), tile, r);
+  // ASPP: four convolution branches on the tiles, the image-pooling branch from the global pool
+  // (the same on every rank, spread over the tile), then the projection.
+  torch::nn::Module& aspp = *child(net, "aspp");
+  std::vector<torch::Tensor> branches;
+  for (const auto& m : child(aspp, "convs")->children())
+    branches.push_back(conv_bn_relu(*m, f.high, r));
+  const torch::Tensor pooled = spatial_global_avg_pool(f.high, space).unsqueeze(2).unsqueeze(3);
+  torch::nn::Module& pool = *child(aspp, "pool");
+  torch::Tensor p = child(pool, "0")->as<torch::nn::Conv2d>()->forward(pooled);
+  // The pooled vector is the same on every rank: its statistics over the group are those of the
+  // batch (each copy counted alike), so the group's BatchNorm serves here too.
+  p = torch::relu(norm(*child(pool, "1"), p, r));
+  branches.push_back(p.expand({-1, -1, f.high.size(2), f.high.size(3)}));
+  torch::Tensor y = conv_bn_relu(*child(aspp, "project"), torch::cat(branches, 1), r);
+  // Decoder: up to layer1's size, joined with its reduced features, two 3x3 fusions.
+  torch::nn::Module& dec = *child(net, "decoder");
+  y = torch::cat(
+      {upsample_to(y, f.low.size(2), space), conv_bn_relu(*child(dec, "reduce"), f.low, r)}, 1);
+  for (const auto& m : child(dec, "fuse")->children()) y = conv_bn_relu(*m, y, r);
+  y = conv(*child(net, "classifier"), y, r);
+  return upsample_to(y, tile.size(2), space);
+}
+
+torch::Tensor spatial_segmentation_loss(const torch::Tensor& logits, const torch::Tensor& target,
+                                        const TileSpace& space) {
+  TESSERA_CHECK(space.comm != nullptr, "spatial_segmentation_loss needs the spatial communicator");
+  const torch::Tensor local = torch::nn::functional::cross_entropy(
+      logits, target,
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255).reduction(torch::kSum));
+  torch::Tensor count;
+  {
+    torch::NoGradGuard no_grad;
+    count = group_sum(target.ne(255).sum().to(logits.scalar_type()).reshape({1}), *space.comm);
+  }
+  TESSERA_CHECK(count.item<double>() > 0,
+                "spatial_segmentation_loss: no labelled pixel in the image");
+  return local * static_cast<double>(space.comm->size()) / count.item<double>();
+}
 
 torch::Tensor spatial_resnet_forward(models::ResNetImpl& net, const torch::Tensor& tile,
                                      const TileSpace& space, comm::Communicator* bn_stats) {
   TESSERA_CHECK(space.comm != nullptr, "spatial_resnet_forward needs the spatial communicator");
   const Run r{space, bn_stats != nullptr ? bn_stats : space.comm, net.is_training()};
-  torch::Tensor x = torch::relu(norm(*child(net, "bn1"), conv(*child(net, "conv1"), tile, r), r));
-  x = spatial_max_pool2d(x, 3, 2, 1, 1, space);
-  for (const char* layer : {"layer1", "layer2", "layer3", "layer4"}) {
-    for (const auto& b : child(net, layer)->children()) x = block(*b, x, r);
-  }
+  const torch::Tensor x = features(net, tile, r).high;
   auto fc = child(net, "fc");
   TESSERA_CHECK(fc != nullptr, "spatial_resnet_forward needs a classifier (num_classes > 0)");
   return fc->as<torch::nn::Linear>()->forward(spatial_global_avg_pool(x, space));

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "models/deeplab.h"
 #include "models/resnet.h"
 #include "spatial/halo_exchange.h"
 
@@ -21,6 +22,27 @@ namespace spatial {
 torch::Tensor spatial_resnet_forward(models::ResNetImpl& net, const torch::Tensor& tile,
                                      const TileSpace& space,
                                      comm::Communicator* bn_stats = nullptr);
+
+// layer1's and layer4's feature tiles (the DeepLab backbone's), in training or eval mode.
+models::ResNetFeatures spatial_resnet_features(models::ResNetImpl& net, const torch::Tensor& tile,
+                                               const TileSpace& space,
+                                               comm::Communicator* bn_stats = nullptr);
+
+// DeepLab-v3+ logits tiles [N, classes, H/P_h, W/P_w] from image tiles: the backbone, ASPP (its
+// image-pooling branch from the group's global pool), decoder and classifier with spatial
+// layers, the bilinear upsamplings by integer factors. The ASPP's widest dilation needs feature
+// tiles at least as tall and wide as the rate (18 at output stride 16): images of at least
+// 16 * 18 * P pixels per side; smaller ones are refused naming sizes that work.
+torch::Tensor spatial_deeplab_forward(models::DeepLabV3PlusImpl& net, const torch::Tensor& tile,
+                                      const TileSpace& space,
+                                      comm::Communicator* bn_stats = nullptr);
+
+// Cross-entropy over the tiles of each image, normalised by the group's count of labelled pixels
+// (255 ignored), times the group's size: the undivided-loss convention under which the
+// DistributedOptimizer's average over all ranks is the right step (docs/spatial.md). Divide the
+// value by the group's size for the loss of the whole image.
+torch::Tensor spatial_segmentation_loss(const torch::Tensor& logits, const torch::Tensor& target,
+                                        const TileSpace& space);
 
 }  // namespace spatial
 }  // namespace tessera

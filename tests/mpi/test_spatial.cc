@@ -329,6 +329,65 @@ TEST_F(SpatialTest, ResNet50On512x512MatchesOnATwoByTwoGrid) {
   EXPECT_LT(d, 1e-4);
 }
 
+TEST_F(SpatialTest, DeepLabEqualsTheOrdinaryModelOnTheWholeImage) {
+  if (world_->size() != 2) GTEST_SKIP() << "runs on 2 ranks (1x2 and 2x1)";
+  // 576 = 16 * 18 * 2: the ASPP's rate-18 branch on 36 x 36 features, 18 per tile.
+  const int64_t side = 576;
+  for (const GridShape& g : {GridShape{1, 1, 2}, GridShape{1, 2, 1}}) {
+    const Place p = place(g);
+    models::DeepLabOptions o;
+    o.depth = 18;
+    o.num_classes = 3;
+    o.aspp_channels = 16;  // the names and structure of the real head, at a test's cost
+    torch::manual_seed(21);
+    models::DeepLabV3Plus full(o), tiled(o);
+    full->to(torch::kDouble);
+    tiled->to(torch::kDouble);
+    {
+      torch::NoGradGuard no_grad;
+      auto b = tiled->named_parameters();
+      for (const auto& item : full->named_parameters()) b[item.key()].copy_(item.value());
+    }
+    torch::Tensor x = torch::randn({2, 3, side, side}, torch::kDouble);
+    torch::Tensor y = torch::randint(3, {2, side, side}, torch::kLong);
+    y.masked_fill_(torch::rand({2, side, side}) < 0.2, 255);  // some ignored pixels
+    torch::Tensor logits = full->forward(x);
+    torch::Tensor loss = torch::nn::functional::cross_entropy(
+        logits, y, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255));
+    loss.backward();
+
+    const int64_t bh = side / g.h, bw = side / g.w;
+    auto cut = [&](const torch::Tensor& t) {
+      return t.narrow(t.dim() - 2, p.at.h * bh, bh)
+          .narrow(t.dim() - 1, p.at.w * bw, bw)
+          .contiguous();
+    };
+    torch::Tensor lt = spatial_deeplab_forward(*tiled, cut(x), p.space());
+    const double scale = logits.abs().max().item<double>();
+    EXPECT_LT((lt - cut(logits.detach())).abs().max().item<double>() / scale, 1e-10);
+    torch::Tensor lr = spatial_segmentation_loss(lt, cut(y), p.space());
+    // The group's losses summed, over its size: the whole image's mean (docs/spatial.md).
+    torch::Tensor total = lr.detach().reshape({1}).clone();
+    comm::allreduce(*p.comm, total.data_ptr(), total.data_ptr(), 1, DataType::kFloat64);
+    EXPECT_NEAR(total.item<double>() / p.comm->size(), loss.item<double>(), 1e-12);
+    (lr / p.comm->size()).backward();  // the sum convention, to compare summed gradients
+    double worst = 0;
+    auto b = tiled->named_parameters();
+    for (const auto& item : full->named_parameters()) {
+      const torch::Tensor gsum = summed(b[item.key()].grad(), *p.comm);
+      const torch::Tensor& want = item.value().grad();
+      const double d = (gsum - want).abs().max().item<double>() /
+                       std::max(1e-12, want.abs().max().item<double>());
+      EXPECT_LT(d, 1e-8) << item.key();
+      worst = std::max(worst, d);
+    }
+    if (world_->rank() == 0) {
+      std::printf("[ spatial deeplab ] %dx%d grid, %lldx%lld image: gradients within %.3g\n", g.h,
+                  g.w, static_cast<long long>(side), static_cast<long long>(side), worst);
+    }
+  }
+}
+
 TEST_F(SpatialTest, SizesThatDoNotDivideAreRefusedNamingOnesThatDo) {
   if (grids().empty()) GTEST_SKIP() << "needs 2 or more ranks";
   const GridShape g = grids().front();
