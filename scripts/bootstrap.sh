@@ -13,6 +13,8 @@ PACKAGES=(
   libtorch-dev libopenblas0-openmp
   # image decoding for the input pipeline (OpenCV's codecs, libpng for palette label masks)
   libopencv-imgcodecs-dev libopencv-imgproc-dev libpng-dev
+  # whole-slide images: tiled TIFFs read a region at a time (spatial decomposition)
+  libtiff-dev
   # tests, benchmarks, JSON and the command line
   googletest libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
   # python reference (PyTorch DDP over gloo) for side-by-side benchmarks; torchvision checks

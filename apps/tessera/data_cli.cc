@@ -11,9 +11,9 @@ CLI::App* add_make_dataset_command(CLI::App& app, data::MakeDatasetOptions& o) {
       app.add_subcommand("make-dataset",
                          "write a synthetic data set as image files (shapes: VOC layout; classes: "
                          "class folders and CSV manifests)");
-  c->add_option("kind", o.kind, "shapes or classes")
+  c->add_option("kind", o.kind, "shapes, classes or slides")
       ->required()
-      ->check(CLI::IsMember({"shapes", "classes"}));
+      ->check(CLI::IsMember({"shapes", "classes", "slides"}));
   c->add_option("--out", o.out, "the folder to write")->required();
   c->add_option("--size", o.size, "samples in all (train and val)")->capture_default_str();
   c->add_option("--image-size", o.image_size, "image side in pixels")->capture_default_str();

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "data/image_codec.h"
 #include "data/shape.h"
+#include "data/slide.h"
 
 namespace tessera {
 namespace data {
@@ -110,16 +111,50 @@ RenderedSample render_textured_shapes(uint64_t seed, int64_t index, int64_t imag
   return out;
 }
 
+void render_slide_tile(uint64_t seed, int64_t index, int64_t label, int64_t y, int64_t x, int64_t h,
+                       int64_t w, uint8_t* out) {
+  constexpr int64_t kCell = 64;
+  const uint64_t base = mix_seed(seed * 0x100000001b3ull ^ mix_seed(static_cast<uint64_t>(index)));
+  for (int64_t r = 0; r < h; ++r) {
+    for (int64_t c = 0; c < w; ++c) {
+      const int64_t gy = y + r, gx = x + c;
+      // The blob of this pixel's cell, at an offset drawn from (slide, cell).
+      const int64_t cy = gy / kCell, cx = gx / kCell;
+      const uint64_t cell =
+          mix_seed(base ^ mix_seed(static_cast<uint64_t>(cy) << 32 ^ static_cast<uint64_t>(cx)));
+      const int64_t by = cy * kCell + 8 + static_cast<int64_t>(cell % 48);
+      const int64_t bx = cx * kCell + 8 + static_cast<int64_t>((cell >> 16) % 48);
+      const int64_t dy = gy - by, dx = gx - bx;
+      const bool blob = label == 0
+                            ? (std::abs(dy) <= 1 && std::abs(dx) <= 1)
+                            : ((dy == 0 && std::abs(dx) <= 2) || (dx == 0 && std::abs(dy) <= 2));
+      const uint64_t noise = mix_seed(base ^ static_cast<uint64_t>(gy) * 0x9e3779b97f4a7c15ull ^
+                                      static_cast<uint64_t>(gx));
+      uint8_t* p = out + (r * w + c) * 3;
+      const int n = static_cast<int>(noise % 24);
+      if (blob) {
+        p[0] = static_cast<uint8_t>(70 + n);
+        p[1] = static_cast<uint8_t>(30 + n);
+        p[2] = static_cast<uint8_t>(90 + n);
+      } else {
+        p[0] = static_cast<uint8_t>(220 + n);
+        p[1] = static_cast<uint8_t>(170 + n);
+        p[2] = static_cast<uint8_t>(200 + n);
+      }
+    }
+  }
+}
+
 MakeDatasetResult make_dataset(const MakeDatasetOptions& o) {
-  TESSERA_CHECK(o.kind == "shapes" || o.kind == "classes", "make-dataset '", o.kind,
-                "' is not known; accepted: shapes, classes");
+  TESSERA_CHECK(o.kind == "shapes" || o.kind == "classes" || o.kind == "slides", "make-dataset '",
+                o.kind, "' is not known; accepted: shapes, classes, slides");
   TESSERA_CHECK(!o.out.empty(), "make-dataset needs --out DIR");
   TESSERA_CHECK(o.size >= 2, "--size must be >= 2 (a train and a val sample), got ", o.size);
   TESSERA_CHECK(o.image_size >= 16, "--image-size must be >= 16, got ", o.image_size);
   TESSERA_CHECK(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction must be in (0, 1), got ",
                 o.val_fraction);
   // The classes set needs every class in each split.
-  const int64_t min_split = o.kind == "classes" ? 3 : 1;
+  const int64_t min_split = o.kind == "classes" ? 3 : o.kind == "slides" ? 2 : 1;
   TESSERA_CHECK(o.size >= 2 * min_split, "--size must be >= ", 2 * min_split, " for ", o.kind,
                 " (every split needs ", min_split, " sample", min_split > 1 ? "s" : "", "), got ",
                 o.size);
@@ -149,6 +184,28 @@ MakeDatasetResult make_dataset(const MakeDatasetOptions& o) {
     write_bytes(root / "classes.txt", "background\ncircle\nsquare\ntriangle\n", &r.bytes);
     write_bytes(root / "ImageSets" / "Segmentation" / "train.txt", train_ids, &r.bytes);
     write_bytes(root / "ImageSets" / "Segmentation" / "val.txt", val_ids, &r.bytes);
+    return r;
+  }
+  if (o.kind == "slides") {
+    TESSERA_CHECK(
+        o.image_size >= 256 && o.image_size % 256 == 0,
+        "make-dataset slides: --image-size must be a multiple of 256 (the TIFF tile), got ",
+        o.image_size);
+    fs::create_directories(root / "slides");
+    std::string train_csv = "path,label\n", val_csv = "path,label\n";
+    for (int64_t i = 0; i < o.size; ++i) {
+      const int64_t label = i % 2;
+      const fs::path rel = fs::path("slides") / (id_of(i) + ".tif");
+      write_tiled_tiff((root / rel).string(), o.image_size, o.image_size, 256,
+                       [&](int64_t y, int64_t x, int64_t h, int64_t w, uint8_t* out) {
+                         render_slide_tile(o.seed, i, label, y, x, h, w, out);
+                       });
+      r.bytes += fs::file_size(root / rel);
+      (i < r.train ? train_csv : val_csv) += rel.string() + "," + std::to_string(label) + "\n";
+    }
+    write_bytes(root / "classes.txt", "squares\ncrosses\n", &r.bytes);
+    write_bytes(root / "train.csv", train_csv, &r.bytes);
+    write_bytes(root / "val.csv", val_csv, &r.bytes);
     return r;
   }
   const char* const names[3] = {"circle", "square", "triangle"};
