@@ -11,6 +11,7 @@
 #include "comm/collectives.h"
 #include "common/error.h"
 #include "mpi/mpi_test_util.h"
+#include "mpi/spatial_test_util.h"
 #include "spatial/grid.h"
 #include "spatial/halo_exchange.h"
 #include "spatial/spatial_ops.h"
@@ -257,15 +258,7 @@ double resnet_difference(int depth, const TileSpace& space, int64_t height, int6
   models::ResNetOptions o;
   o.depth = depth;
   o.num_classes = 5;
-  torch::manual_seed(11);
-  models::ResNet full(o), tiled(o);
-  full->to(dtype);
-  tiled->to(dtype);
-  {
-    torch::NoGradGuard no_grad;
-    auto a = full->named_parameters(), b = tiled->named_parameters();
-    for (const auto& item : a) b[item.key()].copy_(item.value());
-  }
+  auto [full, tiled] = testing::twin_models<models::ResNet>(o, 11, dtype);
   torch::Tensor x = torch::randn({batch, 3, height, width}, dtype);
   torch::Tensor up = torch::randn({batch, 5}, dtype);
   torch::Tensor logits = full->forward(x);
@@ -339,15 +332,7 @@ TEST_F(SpatialTest, DeepLabEqualsTheOrdinaryModelOnTheWholeImage) {
     o.depth = 18;
     o.num_classes = 3;
     o.aspp_channels = 16;  // the names and structure of the real head, at a test's cost
-    torch::manual_seed(21);
-    models::DeepLabV3Plus full(o), tiled(o);
-    full->to(torch::kDouble);
-    tiled->to(torch::kDouble);
-    {
-      torch::NoGradGuard no_grad;
-      auto b = tiled->named_parameters();
-      for (const auto& item : full->named_parameters()) b[item.key()].copy_(item.value());
-    }
+    auto [full, tiled] = testing::twin_models<models::DeepLabV3Plus>(o, 21);
     torch::Tensor x = torch::randn({2, 3, side, side}, torch::kDouble);
     torch::Tensor y = torch::randint(3, {2, side, side}, torch::kLong);
     y.masked_fill_(torch::rand({2, side, side}) < 0.2, 255);  // some ignored pixels

@@ -8,6 +8,7 @@
 
 #include "comm/communicator.h"
 #include "models/resnet.h"
+#include "mpi/spatial_test_util.h"
 #include "mpi/torch_test_util.h"
 #include "spatial/grid.h"
 #include "spatial/spatial_resnet.h"
@@ -30,15 +31,7 @@ TEST_F(SpatialTrainTest, StepThroughTheEngineEqualsTheWholeImageStep) {
   models::ResNetOptions o;
   o.depth = 18;
   o.num_classes = 5;
-  torch::manual_seed(3);
-  models::ResNet full(o), tiled(o);
-  full->to(torch::kDouble);
-  tiled->to(torch::kDouble);
-  {
-    torch::NoGradGuard no_grad;
-    auto b = tiled->named_parameters();
-    for (const auto& item : full->named_parameters()) b[item.key()].copy_(item.value());
-  }
+  auto [full, tiled] = testing::twin_models<models::ResNet>(o, 3);
   const int64_t side = 64;
   torch::Tensor images = torch::randn({g.data, 3, side, side}, torch::kDouble);
   torch::Tensor labels = torch::arange(g.data, torch::kLong) % 5;
