@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <random>
 #include <set>
 
 #include "common/atomic_file.h"
@@ -64,6 +65,38 @@ TEST(Metrics, ConfusionAccuracyMeanIou) {
   EXPECT_NEAR(train::mean_iou(c), (1.0 / 3 + 2.0 / 3 + 0.0) / 3, 1e-12);
   EXPECT_THROW(train::accumulate_confusion(c, torch::tensor({0}), torch::tensor({5})),
                InvalidArgument);
+}
+
+// AUC against its definition, counted pair by pair, over every labelling of small score lists
+// with ties (scores drawn from few values).
+TEST(Metrics, RocAucIsThePairwiseProbability) {
+  std::mt19937_64 rng(4);
+  for (int n = 2; n <= 9; ++n) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<double> scores(static_cast<size_t>(n));
+      for (double& v : scores) v = static_cast<double>(rng() % 4);
+      for (int mask = 1; mask < (1 << n) - 1; ++mask) {
+        std::vector<int64_t> labels(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = (mask >> i) & 1;
+        double wins = 0, pairs = 0;
+        for (int i = 0; i < n; ++i) {
+          for (int j = 0; j < n; ++j) {
+            if (labels[static_cast<size_t>(i)] != 1 || labels[static_cast<size_t>(j)] != 0)
+              continue;
+            pairs += 1;
+            const double a = scores[static_cast<size_t>(i)], b = scores[static_cast<size_t>(j)];
+            wins += a > b ? 1.0 : a == b ? 0.5 : 0.0;
+          }
+        }
+        ASSERT_NEAR(train::roc_auc(scores, labels), wins / pairs, 1e-12);
+      }
+    }
+  }
+  EXPECT_DOUBLE_EQ(train::roc_auc({0.1, 0.9, 0.2, 0.8}, {0, 1, 0, 1}), 1.0);
+  EXPECT_DOUBLE_EQ(train::roc_auc({0.9, 0.1}, {0, 1}), 0.0);
+  EXPECT_THROW(train::roc_auc({0.1, 0.2}, {1, 1}), InvalidArgument);  // one class only
+  EXPECT_THROW(train::roc_auc({0.1, 0.2}, {0, 2}), InvalidArgument);  // not a binary label
+  EXPECT_THROW(train::roc_auc({0.1}, {0, 1}), InvalidArgument);
 }
 
 TEST(Sampler, RanksTogetherSeeWhatOneRankSees) {
