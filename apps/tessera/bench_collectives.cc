@@ -16,6 +16,7 @@
 #include "comm/selector.h"
 #include "common/error.h"
 #include "common/reduce.h"
+#include "common/stats.h"
 
 namespace tessera {
 namespace app {
@@ -123,10 +124,9 @@ double time_calls(Communicator& world, int warmup, int iterations,
     for (int j = 0; j < batch; ++j) fn();
     us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / batch);
   }
-  std::nth_element(us.begin(), us.begin() + static_cast<long>(us.size() / 2), us.end());
-  double median = us[us.size() / 2];
-  comm::allreduce(world, &median, &median, 1, DataType::kFloat64, max);
-  return median;
+  double mid = median(us);
+  comm::allreduce(world, &mid, &mid, 1, DataType::kFloat64, max);
+  return mid;
 }
 
 std::vector<size_t> sizes(const BenchOptions& o, size_t granule) {

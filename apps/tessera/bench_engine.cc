@@ -15,6 +15,7 @@
 #include "comm/collectives.h"
 #include "comm/communicator.h"
 #include "common/error.h"
+#include "common/stats.h"
 #include "engine/engine.h"
 
 namespace tessera {
@@ -109,11 +110,6 @@ CriticalPath critical_path(comm::Communicator& world,
     cp.all_ms.push_back(everyone * 1e3);
   }
   return cp;
-}
-
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

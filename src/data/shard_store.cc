@@ -58,9 +58,13 @@ void ShardedStore::reassign(std::vector<int64_t> indices, std::unordered_map<int
 std::unordered_map<int64_t, ShardedStore::Held> ShardedStore::take() {
   std::unordered_map<int64_t, Held> out;
   for (size_t i = 0; i < indices_.size(); ++i) {
+    image_bytes(i);  // read now if still missing
     Held h;
-    h.image = std::move(const_cast<std::string&>(image_bytes(i)));
-    if (!sample(i).mask.empty()) h.mask = std::move(const_cast<std::string&>(mask_bytes(i)));
+    h.image = std::move(entries_[i]->image.bytes);
+    if (!sample(i).mask.empty()) {
+      mask_bytes(i);
+      h.mask = std::move(entries_[i]->mask.bytes);
+    }
     out.emplace(indices_[i], std::move(h));
   }
   indices_.clear();

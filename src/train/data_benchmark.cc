@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/knobs.h"
+#include "common/stats.h"
 #include "data/prefetcher.h"
 #include "data/sample_source.h"
 #include "data/sampler.h"
@@ -23,12 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Runs `batches` batches of epoch `epoch` through a pipeline of `workers`; samples per second.

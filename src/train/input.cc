@@ -140,7 +140,6 @@ void TrainInput::begin_epoch(int64_t epoch, int64_t first, int64_t end) {
     };
   }
   epoch_ = epoch;
-  epoch_first_ = first;
   pipe_ = std::make_unique<data::Prefetcher<data::Batch>>(make, o_.workers, o_.prefetch, first, end,
                                                           knobs().timeout_s);
 }

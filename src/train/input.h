@@ -91,7 +91,6 @@ class TrainInput {
   // The epoch in flight.
   int64_t epoch_ = -1;
   int64_t shard_epoch_ = 0;  // global shuffle: the epoch whose shard the store holds
-  int64_t epoch_first_ = 0;  // global step of its first batch in the pipeline
   std::vector<int64_t> positions_;
   std::unique_ptr<data::Prefetcher<data::Batch>> pipe_;
   double waited_before_ = 0;  // by pipelines already closed
