@@ -77,4 +77,20 @@ check "train on files: listed at the epoch's end" 0 "1 corrupt training samples 
 check "train on files: no reads after the first epoch" 0 "0 bytes read from files after the first epoch" "$out" $rc
 out=$(run train --data "$work/shapes" --format voc --image-size 32 --batch-size 2 --steps 12 2>&1); rc=$?
 check "train on files: over --max-corrupt" 2 "more than --max-corrupt 1% allows" "$out" $rc
+# Spatial decomposition from the command line: slides, a 1x2 grid, AUC, each rank reading its tile.
+# 512x512 slides (2x2 TIFF tiles of 256): each rank of a 1x2 grid reads one column of them.
+out=$("$tessera" make-dataset slides --out "$work/slides" --size 8 --image-size 512 2>&1); rc=$?
+check "make-dataset slides" 0 "6 train + 2 val samples of 512x512" "$out" $rc
+out=$(run train --model resnet18 --spatial 1x2 --data "$work/slides" --image-size 512 --batch-size 1 --steps 3 \
+  --log-every 3 2>&1); rc=$?
+check "train --spatial: grid" 0 "512x512 images over a 1x2 grid: tiles of 512x256" "$out" $rc
+check "train --spatial: auc" 0 "eval  step 3: auc" "$out" $rc
+check "train --spatial: reads its tile" 0 "(50\.[0-9]%)" "$out" $rc
+out=$(run train --model resnet18 --spatial 2x2 --data "$work/slides" --image-size 512 --steps 1 2>&1); rc=$?
+check "train --spatial: grid larger than the job" 2 "needs a multiple of 4 ranks, but the job has 2" "$out" $rc
+out=$(run train --model resnet18 --spatial 1x2 --data "$work/slides" --image-size 1024 --steps 1 2>&1); rc=$?
+check "train --spatial: image larger than the slides" 2 "smaller than --image-size 1024" "$out" $rc
+out=$(run train --model resnet18 --spatial 1x2 --data "$work/slides" --image-size 96 --batch-size 1 \
+  --steps 1 2>&1); rc=$?
+check "train --spatial: tiles that do not divide" 2 "image sizes that work: 64 or 128" "$out" $rc
 exit $fail

@@ -89,6 +89,12 @@ int main(int argc, char** argv) {
       tessera::comm::init(&argc, &argv);
     }
     if (train_cmd->parsed()) {
+      // Slides come in CSV manifests and train a classifier (ResNet-50, as Tsaris et al.); the
+      // defaults voc and deeplabv3plus_resnet18 are data parallelism's.
+      if (!train.spatial.empty() && train_cmd->get_option("--format")->count() == 0)
+        train.format = "csv";
+      if (!train.spatial.empty() && train_cmd->get_option("--model")->count() == 0)
+        train.model = "resnet50";
       tessera::train::run_training(train);
     } else if (make_dataset_cmd->parsed()) {
       rc = tessera::rank() == 0 ? tessera::app::run_make_dataset(make_dataset) : 0;

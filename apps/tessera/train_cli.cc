@@ -77,7 +77,14 @@ CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
       ->capture_default_str();
   c->add_option("--init-from", o.init_from,
                 "initial weights: a state_dict from torch.save or tessera export");
-  c->add_flag("--sync-bn", o.sync_bn, "batch statistics over all ranks (SyncBatchNorm)");
+  c->add_flag("--sync-bn", o.sync_bn,
+              "batch statistics over all ranks (SyncBatchNorm; under --spatial: over every "
+              "tile of every data group, not only the image's tiles)");
+  c->add_option("--spatial", o.spatial,
+                "HxW: cut every image into H x W tiles over that many ranks (world = data "
+                "groups x H x W); --data DIR then holds slides in train.csv / val.csv "
+                "(path,label; --format csv is implied) and --model is resnet18 or resnet50 "
+                "(default resnet50)");
   c->add_option("--precision", o.precision, "parameters and inputs: f32 or f64")
       ->capture_default_str();
   c->add_option("--output-stride", o.output_stride, "DeepLab-v3+: 16 or 8")->capture_default_str();

@@ -25,14 +25,6 @@ torch::Tensor to_tensor(const cv::Mat& m) {
   return t;
 }
 
-// [H, W, 3] u8 -> [3, H, W] f32, (x / 255 - mean) / std.
-torch::Tensor normalize(const torch::Tensor& hwc, const Normalize& n) {
-  torch::Tensor x = hwc.permute({2, 0, 1}).to(torch::kFloat).div_(255.0f);
-  torch::Tensor mean = torch::tensor({n.mean[0], n.mean[1], n.mean[2]}).view({3, 1, 1});
-  torch::Tensor sd = torch::tensor({n.std[0], n.std[1], n.std[2]}).view({3, 1, 1});
-  return ((x - mean) / sd).contiguous();
-}
-
 void check_image(const torch::Tensor& image) {
   TESSERA_CHECK(image.dim() == 3 && image.size(2) == 3 && image.scalar_type() == torch::kUInt8,
                 "expected an image [H, W, 3] u8, got ", image.sizes());
@@ -67,6 +59,13 @@ void check_pair(const torch::Tensor& image, const torch::Tensor& mask, const std
 }
 
 }  // namespace
+
+torch::Tensor normalize(const torch::Tensor& hwc, const Normalize& n) {
+  torch::Tensor x = hwc.permute({2, 0, 1}).to(torch::kFloat).div_(255.0f);
+  torch::Tensor mean = torch::tensor({n.mean[0], n.mean[1], n.mean[2]}).view({3, 1, 1});
+  torch::Tensor sd = torch::tensor({n.std[0], n.std[1], n.std[2]}).view({3, 1, 1});
+  return ((x - mean) / sd).contiguous();
+}
 
 torch::Tensor augment_classification(const torch::Tensor& image, const ClassificationAugment& a,
                                      std::mt19937_64& rng) {

@@ -25,6 +25,9 @@ struct Normalize {
   float std[3] = {0.229f, 0.224f, 0.225f};
 };
 
+// [H, W, 3] u8 -> [3, H, W] f32, (x / 255 - mean) / std.
+torch::Tensor normalize(const torch::Tensor& hwc, const Normalize& n);
+
 struct ClassificationAugment {
   int64_t size = 224;
   double min_area = 0.08, max_area = 1.0;

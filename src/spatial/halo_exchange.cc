@@ -1,5 +1,7 @@
 #include "spatial/halo_exchange.h"
 
+#include <atomic>
+#include <chrono>
 #include <limits>
 
 #include "comm/collectives.h"
@@ -12,6 +14,8 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
+std::atomic<int64_t> halo_ns{0};
+
 torch::Tensor region(const torch::Tensor& t, const Rect& r) {
   return t.narrow(2, r.r0, r.rows()).narrow(3, r.c0, r.cols());
 }
@@ -20,6 +24,7 @@ torch::Tensor region(const torch::Tensor& t, const Rect& r) {
 // `land(region, received)` for each. `backward` swaps the roles of the two rectangles.
 void move(const HaloPlan& plan, comm::Communicator& comm, const torch::Tensor& from,
           const std::function<void(const HaloRegion&, const torch::Tensor&)>& land, bool backward) {
+  const auto start = std::chrono::steady_clock::now();
   std::vector<torch::Tensor> keep;  // the send buffers live until the exchange is done
   std::vector<torch::Tensor> got(8);
   std::vector<comm::PeerBuffer> sends, recvs;
@@ -45,6 +50,9 @@ void move(const HaloPlan& plan, comm::Communicator& comm, const torch::Tensor& f
   for (size_t k = 0; k < plan.regions.size(); ++k) {
     if (got[k].defined()) land(plan.regions[k], got[k]);
   }
+  halo_ns +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
 }
 
 // The plan's rectangles and peers as integers, for the backward pass (which runs after the
@@ -107,6 +115,8 @@ struct HaloExchange : public torch::autograd::Function<HaloExchange> {
 };
 
 }  // namespace
+
+double halo_exchange_seconds() { return static_cast<double>(halo_ns.load()) * 1e-9; }
 
 torch::Tensor halo_exchange(const torch::Tensor& tile, const HaloPlan& plan,
                             comm::Communicator& spatial) {

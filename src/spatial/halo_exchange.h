@@ -20,6 +20,10 @@ namespace spatial {
 torch::Tensor halo_exchange(const torch::Tensor& tile, const HaloPlan& plan,
                             comm::Communicator& spatial);
 
+// Seconds this process has spent in halo exchanges (forward and backward: packing, messages and
+// the wait for the slowest neighbour) since it started: the benchmark's halo share.
+double halo_exchange_seconds();
+
 // Where this rank's tile sits: a P_h x P_w grid, tile (h, w), and the spatial communicator.
 struct TileSpace {
   int ph = 1, pw = 1, h = 0, w = 0;

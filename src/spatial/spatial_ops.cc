@@ -1,5 +1,8 @@
 #include "spatial/spatial_ops.h"
 
+#include <atomic>
+#include <chrono>
+
 #include "comm/collectives.h"
 #include "common/error.h"
 
@@ -10,12 +13,18 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
+std::atomic<int64_t> group_ns{0};
+
 torch::Tensor allreduce_copy(const torch::Tensor& x, comm::Communicator& comm) {
+  const auto start = std::chrono::steady_clock::now();
   torch::Tensor y = x.contiguous().clone();
   TESSERA_CHECK(y.scalar_type() == torch::kFloat || y.scalar_type() == torch::kDouble,
                 "group_sum takes f32 or f64 tensors, got ", y.scalar_type());
   comm::allreduce(comm, y.data_ptr(), y.data_ptr(), static_cast<size_t>(y.numel()),
                   y.scalar_type() == torch::kFloat ? DataType::kFloat32 : DataType::kFloat64);
+  group_ns +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
   return y;
 }
 
@@ -32,6 +41,8 @@ struct GroupSum : public torch::autograd::Function<GroupSum> {
 };
 
 }  // namespace
+
+double group_sum_seconds() { return static_cast<double>(group_ns.load()) * 1e-9; }
 
 torch::Tensor group_sum(const torch::Tensor& x, comm::Communicator& comm) {
   if (comm.size() == 1) return x;

@@ -14,6 +14,9 @@ namespace spatial {
 // The sum of `x` over the ranks of `comm`, on every rank; differentiable: the gradient of the
 // sum is the sum of the gradients (each rank's loss may use it). f32/f64.
 torch::Tensor group_sum(const torch::Tensor& x, comm::Communicator& comm);
+// Seconds this process has spent in group sums (BatchNorm statistics, global pooling, their
+// gradients) since it started, waits for the slowest rank included.
+double group_sum_seconds();
 
 // Mean over the whole image of every (sample, channel): [N, C, h, w] tiles → [N, C] on every
 // rank of the group. A loss computed from it on every rank counts each sample P times: divide

@@ -1,9 +1,11 @@
 #include "spatial/spatial_resnet.h"
 
+#include <sstream>
 #include <string>
 
 #include "common/error.h"
 #include "spatial/spatial_ops.h"
+#include "spatial/tile_geometry.h"
 
 namespace tessera {
 namespace spatial {
@@ -22,7 +24,8 @@ std::shared_ptr<torch::nn::Module> child(torch::nn::Module& m, const std::string
   return nullptr;
 }
 
-torch::Tensor conv(torch::nn::Module& m, const torch::Tensor& x, const Run& r) {
+// A square convolution's window (the same on both axes).
+WindowSpec window_of(torch::nn::Module& m) {
   auto* c = m.as<torch::nn::Conv2d>();
   TESSERA_CHECK(c != nullptr, "spatial ResNet: expected a Conv2d");
   const auto& o = c->options;
@@ -31,8 +34,44 @@ torch::Tensor conv(torch::nn::Module& m, const torch::Tensor& x, const Run& r) {
   TESSERA_CHECK(pad != nullptr && square(*pad) && square(o.stride()) && square(o.dilation()) &&
                     square(o.kernel_size()),
                 "spatial ResNet: convolutions must be square with explicit padding");
-  return spatial_conv2d(x, c->weight, c->bias, (*o.stride())[0], (**pad)[0], (*o.dilation())[0],
-                        r.space);
+  return WindowSpec{(*o.kernel_size())[0], (*o.stride())[0], (*o.dilation())[0], (**pad)[0]};
+}
+
+torch::Tensor conv(torch::nn::Module& m, const torch::Tensor& x, const Run& r) {
+  const WindowSpec w = window_of(m);
+  auto* c = m.as<torch::nn::Conv2d>();
+  return spatial_conv2d(x, c->weight, c->bias, w.stride, w.padding, w.dilation, r.space);
+}
+
+// The stem's max pooling.
+const WindowSpec kStemPool{3, 2, 1, 1};
+
+// Walks the ResNet's windows in forward order over one axis of n inputs cut into `parts` tiles:
+// "" when every layer tiles, else where and why not.
+std::string tiling_problem(models::ResNetImpl& net, int64_t n, int parts) {
+  auto step = [&](const std::string& where, const WindowSpec& w, int64_t& size) {
+    const std::string problem = axis_problem(size, parts, w);
+    if (!problem.empty()) return where + " (" + w.describe() + "): " + problem;
+    size = window_output_size(size, w);
+    return std::string();
+  };
+  std::string p = step("conv1", window_of(*child(net, "conv1")), n);
+  if (p.empty()) p = step("maxpool", kStemPool, n);
+  for (const char* layer : {"layer1", "layer2", "layer3", "layer4"}) {
+    for (const auto& item : child(net, layer)->named_children()) {
+      if (!p.empty()) return p;
+      const std::string name = std::string(layer) + "." + item.key();
+      int64_t side = n;
+      if (auto down = child(*item.value(), "downsample")) {
+        p = step(name + ".downsample.0", window_of(*child(*down, "0")), side);
+      }
+      for (const char* c : {"conv1", "conv2", "conv3"}) {
+        auto m = child(*item.value(), c);
+        if (m && p.empty()) p = step(name + "." + c, window_of(*m), n);
+      }
+    }
+  }
+  return p;
 }
 
 torch::Tensor norm(torch::nn::Module& m, const torch::Tensor& x, const Run& r) {
@@ -90,6 +129,30 @@ torch::Tensor upsample_to(const torch::Tensor& x, int64_t rows, const TileSpace&
 }
 
 }  // namespace
+
+void check_resnet_tiling(models::ResNetImpl& net, int64_t size, int tiles_h, int tiles_w) {
+  auto problem = [&](int64_t n) {
+    std::string p = tiling_problem(net, n, tiles_h);
+    if (p.empty()) p = tiling_problem(net, n, tiles_w);
+    return p;
+  };
+  const std::string why = problem(size);
+  if (why.empty()) return;
+  std::ostringstream os;
+  os << "--image-size " << size << " does not cut into a " << tiles_h << "x" << tiles_w
+     << " grid of tiles through this ResNet: at " << why;
+  int64_t below = 0, above = 0;
+  for (int64_t d = 1; d <= 1 << 14 && (below == 0 || above == 0); ++d) {
+    if (below == 0 && size - d >= 1 && problem(size - d).empty()) below = size - d;
+    if (above == 0 && problem(size + d).empty()) above = size + d;
+  }
+  if (below != 0 || above != 0) {
+    os << "; image sizes that work: ";
+    if (below != 0) os << below << (above != 0 ? " or " : "");
+    if (above != 0) os << above;
+  }
+  throw InvalidArgument(os.str());
+}
 
 models::ResNetFeatures spatial_resnet_features(models::ResNetImpl& net, const torch::Tensor& tile,
                                                const TileSpace& space,

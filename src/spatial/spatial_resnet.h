@@ -23,6 +23,12 @@ torch::Tensor spatial_resnet_forward(models::ResNetImpl& net, const torch::Tenso
                                      const TileSpace& space,
                                      comm::Communicator* bn_stats = nullptr);
 
+// Checks, before any message is sent, that a size x size image cuts into a tiles_h x tiles_w
+// grid through every layer of `net` (each layer's outputs divide into equal tiles, halos no
+// wider than a neighbour's tile). Throws InvalidArgument naming the layer, what does not work
+// and the nearest image sizes that do.
+void check_resnet_tiling(models::ResNetImpl& net, int64_t size, int tiles_h, int tiles_w);
+
 // layer1's and layer4's feature tiles (the DeepLab backbone's), in training or eval mode.
 models::ResNetFeatures spatial_resnet_features(models::ResNetImpl& net, const torch::Tensor& tile,
                                                const TileSpace& space,

@@ -23,6 +23,7 @@
 #include "data/prefetcher.h"
 #include "data/sample_source.h"
 #include "data/synthetic_shapes.h"
+#include "train/step_input.h"
 
 namespace tessera {
 namespace train {
@@ -44,26 +45,27 @@ struct InputOptions {
   bool dist = true;  // false: a single process (no collective)
 };
 
-class TrainInput {
+class TrainInput : public StepInput {
  public:
   // Opens the data (and, with global shuffle, a data communicator). Collective when dist.
   explicit TrainInput(const InputOptions& options);
-  ~TrainInput();
+  ~TrainInput() override;
 
-  int64_t num_classes() const { return num_classes_; }
+  int64_t num_classes() const override { return num_classes_; }
   bool segmentation() const { return segmentation_; }
-  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  int64_t steps_per_epoch() const override { return steps_per_epoch_; }
   int64_t train_samples() const { return train_samples_; }
-  std::string describe() const;  // "voc data set '/x' (3686 train, 410 val samples, 4 classes)"
+  std::string describe()
+      const override;  // "voc data set '/x' (3686 train, 410 val samples, 4 classes)"
 
   // Rank's batch of global step `step` (steps come in order from the first asked for, which may
   // be mid-epoch after a resume, and must all be below `end`). Crossing into a new epoch closes the
   // last one (corrupt-file report; collective).
-  data::Batch batch(int64_t step, int64_t end);
+  data::Batch batch(int64_t step, int64_t end) override;
   // Closes the run's last epoch (the corrupt-file report). Collective.
-  void finish();
+  void finish() override;
   // Seconds the training thread waited for batches so far.
-  double waited_seconds() const;
+  double waited_seconds() const override;
   // After the first epoch: "rank 0 holds 1843 samples in 5.1 MiB (encoded); 5.1 MiB read from
   // files, 0 B since" (or empty for synthetic data).
   std::string memory_report() const;

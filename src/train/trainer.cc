@@ -13,10 +13,14 @@
 #include "engine/engine.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
+#include "spatial/process_grid.h"
+#include "spatial/spatial_resnet.h"
 #include "train/checkpoint.h"
 #include "train/input.h"
 #include "train/metrics.h"
+#include "train/on_root.h"
 #include "train/schedule.h"
+#include "train/slide_input.h"
 
 namespace tessera {
 namespace train {
@@ -60,22 +64,37 @@ void validate(const TrainOptions& o) {
                 "' is not supported; accepted: f32, f64");
   parse_schedule(o.lr_schedule);
   parse_compression(o.compression);
+  if (!o.spatial.empty()) {
+    TESSERA_CHECK(models::task_of(o.model) == models::Task::kClassification,
+                  "--spatial trains classifiers on slides (resnet18, resnet50); --model ", o.model,
+                  " is a segmentation model");
+    TESSERA_CHECK(o.format == "csv", "--spatial reads slides from DIR/train.csv and DIR/val.csv ",
+                  "(path,label): --format must be csv, got ", o.format);
+    TESSERA_CHECK(!o.global_shuffle && !o.keep_decoded,
+                  "--global-shuffle and --keep-decoded hold whole images in memory; under "
+                  "--spatial each rank reads only its tile of each slide, every step");
+    TESSERA_CHECK(!o.local_only, "--spatial needs the ranks of its grid (run under mpirun)");
+  }
 }
 
-// Runs `work` on rank 0 only and makes its failure every rank's failure (same message), so a
-// bad file on rank 0 never leaves the other ranks waiting. Returns rank 0's result bytes.
-std::string on_root(bool dist, const std::string& name, const std::function<std::string()>& work) {
-  std::string status;
-  if (!dist || rank() == 0) {
-    try {
-      status = "1" + work();
-    } catch (const Error& e) {
-      status = std::string("0") + e.what();
-    }
-  }
-  if (dist) status = broadcast_bytes(status, 0, name);
-  if (status.empty() || status[0] != '1') throw InvalidArgument(status.substr(1));
-  return status.substr(1);
+InputOptions input_options(const TrainOptions& o, models::Task task, bool dist) {
+  InputOptions io;
+  io.data = o.data;
+  io.format = o.format;
+  io.segmentation = task == models::Task::kSegmentation;
+  io.image_size = o.image_size;
+  io.train_size = o.train_size;
+  io.val_size = o.val_size;
+  io.batch = o.batch_size;
+  io.seed = o.seed;
+  io.workers = o.workers;
+  io.prefetch = o.prefetch;
+  io.keep_decoded = o.keep_decoded;
+  io.global_shuffle = o.global_shuffle;
+  io.max_corrupt = o.max_corrupt;
+  io.quiet = o.quiet;
+  io.dist = dist;
+  return io;
 }
 
 struct Evaluation {
@@ -101,6 +120,45 @@ Evaluation evaluate(const models::Model& model, TrainInput& input, int64_t num_c
   return e;
 }
 
+// Spatial evaluation: each spatial group's first rank writes its val samples' scores (the
+// probability of class 1), correctness and labels into one table that a sum over every rank
+// completes. The metric is the ROC AUC for two classes (when both occur), else the accuracy.
+Evaluation evaluate_slides(models::ResNetImpl& net, SlideInput& input,
+                           const spatial::ProcessGrid& grid, torch::ScalarType dtype,
+                           int64_t num_classes) {
+  torch::NoGradGuard no_grad;
+  net.eval();
+  const int64_t n = input.val_samples();
+  torch::Tensor table = torch::zeros({3, n}, torch::kDouble);  // score, correct, label
+  input.for_each_eval_batch([&](const data::Batch& b, const std::vector<int64_t>& indices) {
+    const torch::Tensor logits =
+        spatial::spatial_resnet_forward(net, b.images.to(dtype), grid.space()).to(torch::kDouble);
+    if (grid.spatial().rank() != 0) return;  // the group's other ranks hold the same logits
+    const torch::Tensor prob = torch::softmax(logits, 1);
+    const torch::Tensor correct = logits.argmax(1).eq(b.labels).to(torch::kDouble);
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const int64_t i = static_cast<int64_t>(k);
+      table[0][indices[k]] = num_classes == 2 ? prob[i][1].item<double>() : 0.0;
+      table[1][indices[k]] = correct[i].item<double>();
+      table[2][indices[k]] = static_cast<double>(b.labels[i].item<int64_t>());
+    }
+  });
+  allreduce_(table, "eval.slides", ReduceOp::kSum);
+  net.train();
+  Evaluation e;
+  e.accuracy = n > 0 ? table[1].sum().item<double>() / static_cast<double>(n) : 0.0;
+  e.metric = e.accuracy;
+  const torch::Tensor labels = table[2].to(torch::kLong);
+  if (num_classes == 2 && labels.eq(0).any().item<bool>() && labels.eq(1).any().item<bool>()) {
+    const torch::Tensor scores = table[0].contiguous();
+    const torch::Tensor l = labels.contiguous();
+    e.metric =
+        roc_auc(std::vector<double>(scores.data_ptr<double>(), scores.data_ptr<double>() + n),
+                std::vector<int64_t>(l.data_ptr<int64_t>(), l.data_ptr<int64_t>() + n));
+  }
+  return e;
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainOptions& o) {
@@ -115,36 +173,53 @@ TrainResult run_training(const TrainOptions& o) {
   torch::manual_seed(o.seed);
 
   const models::Task task = models::task_of(o.model);
-  InputOptions io;
-  io.data = o.data;
-  io.format = o.format;
-  io.segmentation = task == models::Task::kSegmentation;
-  io.image_size = o.image_size;
-  io.train_size = o.train_size;
-  io.val_size = o.val_size;
-  io.batch = o.batch_size;
-  io.seed = o.seed;
-  io.workers = o.workers;
-  io.prefetch = o.prefetch;
-  io.keep_decoded = o.keep_decoded;
-  io.global_shuffle = o.global_shuffle;
-  io.max_corrupt = o.max_corrupt;
-  io.quiet = o.quiet;
-  io.dist = dist;
-  TrainInput input(io);
-  TESSERA_CHECK(input.segmentation() == (task == models::Task::kSegmentation), "--model ", o.model,
-                " is a ", task == models::Task::kSegmentation ? "segmentation" : "classification",
-                " model but --data '", o.data, "' (", o.format, ") holds ",
-                input.segmentation() ? "segmentation masks" : "class labels");
+  // Spatial decomposition: the grid's communicators and each rank's tiles of the slides.
+  const bool spatial = !o.spatial.empty();
+  std::unique_ptr<spatial::ProcessGrid> grid;
+  std::unique_ptr<SlideInput> slides;
+  std::unique_ptr<TrainInput> files;
+  if (spatial) {
+    grid = std::make_unique<spatial::ProcessGrid>(o.spatial);
+    SlideInputOptions so;
+    so.data = o.data;
+    so.image_size = o.image_size;
+    so.batch = o.batch_size;
+    so.seed = o.seed;
+    so.workers = o.workers;
+    so.prefetch = o.prefetch;
+    so.grid = grid->shape();
+    so.at = grid->coord();
+    so.dist = dist;
+    slides = std::make_unique<SlideInput>(so);
+  } else {
+    files = std::make_unique<TrainInput>(input_options(o, task, dist));
+    TESSERA_CHECK(files->segmentation() == (task == models::Task::kSegmentation), "--model ",
+                  o.model, " is a ",
+                  task == models::Task::kSegmentation ? "segmentation" : "classification",
+                  " model but --data '", o.data, "' (", o.format, ") holds ",
+                  files->segmentation() ? "segmentation masks" : "class labels");
+  }
+  StepInput& input = spatial ? static_cast<StepInput&>(*slides) : *files;
+  // Samples per step over all ranks: a spatial group shares its samples.
+  const int64_t global_batch = (spatial ? grid->shape().data : world) * o.batch_size;
   const int64_t num_classes = input.num_classes();
   if (talk) std::printf("data: %s\n", input.describe().c_str());
   models::ModelSpec spec;
   spec.name = o.model;
   spec.num_classes = num_classes;
   spec.output_stride = o.output_stride;
-  spec.norm.sync = o.sync_bn && dist;
+  // Spatial BatchNorm reduces its own statistics (over the grid's world with --sync-bn).
+  spec.norm.sync = o.sync_bn && dist && !spatial;
   models::Model model = models::make_model(spec);
   torch::nn::Module& net = model.module();
+  models::ResNetImpl* resnet = spatial ? net.as<models::ResNetImpl>() : nullptr;
+  if (spatial)
+    spatial::check_resnet_tiling(*resnet, o.image_size, grid->shape().h, grid->shape().w);
+  auto forward = [&](const torch::Tensor& x) {
+    if (!spatial) return model.forward(x);
+    return spatial::spatial_resnet_forward(*resnet, x, grid->space(),
+                                           o.sync_bn ? &grid->world() : nullptr);
+  };
   const torch::ScalarType dtype = o.precision == "f64" ? torch::kDouble : torch::kFloat;
   if (dtype != torch::kFloat) net.to(dtype);
   net.train();
@@ -181,7 +256,7 @@ TrainResult run_training(const TrainOptions& o) {
   LrSchedule sched;
   sched.base_lr = o.lr;
   sched.base_batch = o.base_batch;
-  sched.global_batch = static_cast<int64_t>(world) * o.batch_size;
+  sched.global_batch = global_batch;
   sched.warmup_steps = std::llround(o.warmup_epochs * static_cast<double>(per_epoch));
   sched.total_steps = total;
   sched.kind = parse_schedule(o.lr_schedule);
@@ -227,12 +302,18 @@ TrainResult run_training(const TrainOptions& o) {
     meta.epoch = steps_done / per_epoch;
     if (root) write_checkpoint(o.checkpoint, net, sgd, meta);
   };
-  const std::string metric_name = task == models::Task::kClassification ? "accuracy" : "miou";
+  const std::string metric_name = spatial && num_classes == 2             ? "auc"
+                                  : task == models::Task::kClassification ? "accuracy"
+                                                                          : "miou";
   auto run_eval = [&](int64_t steps_done) {
-    Evaluation e = evaluate(model, input, num_classes, dist);
+    Evaluation e = spatial ? evaluate_slides(*resnet, *slides, *grid, dtype, num_classes)
+                           : evaluate(model, *files, num_classes, dist);
     if (talk) {
       if (task == models::Task::kSegmentation) {
         std::printf("eval  step %lld: miou %.4f (pixel accuracy %.4f)\n",
+                    static_cast<long long>(steps_done), e.metric, e.accuracy);
+      } else if (metric_name == "auc") {
+        std::printf("eval  step %lld: auc %.4f (accuracy %.4f)\n",
                     static_cast<long long>(steps_done), e.metric, e.accuracy);
       } else {
         std::printf("eval  step %lld: accuracy %.4f\n", static_cast<long long>(steps_done),
@@ -277,7 +358,7 @@ TrainResult run_training(const TrainOptions& o) {
       if (dtype != torch::kFloat) x = x.to(dtype);
       torch::Tensor y = passes == 1 ? target : target.narrow(0, p * micro, micro);
       torch::Tensor loss = torch::nn::functional::cross_entropy(
-          model.forward(x), y, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255));
+          forward(x), y, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255));
       const Clock::time_point t1 = Clock::now();
       (passes == 1 ? loss : loss / passes).backward();
       const Clock::time_point t2 = Clock::now();
@@ -304,7 +385,7 @@ TrainResult run_training(const TrainOptions& o) {
           torch::tensor({interval_loss / static_cast<double>(interval_steps)}, torch::kFloat64);
       if (dist) allreduce_(l, "train.loss", ReduceOp::kAverage);
       const double secs = seconds_between(interval_start, Clock::now());
-      const double ips = static_cast<double>(interval_steps * world * o.batch_size) / secs;
+      const double ips = static_cast<double>(interval_steps * global_batch) / secs;
       result.final_loss = l.item<double>();
       result.images_per_second = ips;
       // How long the steps of this interval waited for their batches (rank 0's pipeline).
@@ -343,8 +424,22 @@ TrainResult run_training(const TrainOptions& o) {
   }
   input.finish();
   result.data_wait_seconds = input.waited_seconds();
-  result.file_bytes_after_first_epoch = input.file_bytes_after_first_epoch();
-  if (talk && !input.memory_report().empty()) {
+  if (spatial) {
+    result.slide_bytes_read = slides->bytes_read();
+    result.slide_file_bytes = slides->slide_bytes();
+    if (talk) {
+      std::printf(
+          "data: rank 0 waited %.2f s for tiles in all; read %.1f MiB from files for tiles of "
+          "slides of %.1f MiB (%.1f%%)\n",
+          result.data_wait_seconds, static_cast<double>(result.slide_bytes_read) / 1048576.0,
+          static_cast<double>(result.slide_file_bytes) / 1048576.0,
+          100.0 * static_cast<double>(result.slide_bytes_read) /
+              std::max<double>(1.0, static_cast<double>(result.slide_file_bytes)));
+    }
+  } else {
+    result.file_bytes_after_first_epoch = files->file_bytes_after_first_epoch();
+  }
+  if (talk && !spatial && !files->memory_report().empty()) {
     std::printf(
         "data: rank 0 waited %.2f s for batches in all; %llu bytes read from files after "
         "the first epoch\n",

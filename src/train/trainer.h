@@ -50,6 +50,10 @@ struct TrainOptions {
   int64_t stop_at = 0;
   std::string init_from;  // weights from torch.save(model.state_dict()) or tessera export
   bool sync_bn = false;
+  // Spatial decomposition: "HxW" cuts every image into P_h x P_w tiles over that many ranks
+  // (world = P_data x P_h x P_w); --data is then a folder of slides listed in train.csv and
+  // val.csv (path,label) and the model a ResNet classifier. Empty: data parallelism only.
+  std::string spatial;
   // "f32" or "f64": the model's parameters and the inputs (f64 for exact comparisons).
   std::string precision = "f32";
   int output_stride = 16;
@@ -72,6 +76,9 @@ struct TrainResult {
   double images_per_second = 0;
   double data_wait_seconds = 0;               // rank 0's step waited this long for batches in all
   uint64_t file_bytes_after_first_epoch = 0;  // rank 0's store
+  // Spatial: bytes rank 0 read from files during the run, and the sizes of the slide files its
+  // tiles came from (summed per tile read).
+  uint64_t slide_bytes_read = 0, slide_file_bytes = 0;
 };
 
 // Checks the options (InvalidArgument naming the flag), then trains. Collective.
