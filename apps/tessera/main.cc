@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/knobs.h"
 #include "tessera/torch.h"
+#include "train/spatial_benchmark.h"
 
 namespace {
 
@@ -32,10 +33,10 @@ int main(int argc, char** argv) {
   bench_cmd
       ->add_option("collective", bench.collective,
                    "allreduce, allgather, broadcast, reduce-scatter, alltoall, engine, train, "
-                   "or data")
+                   "data or spatial")
       ->required()
       ->check(CLI::IsMember({"allreduce", "allgather", "broadcast", "reduce-scatter", "alltoall",
-                             "engine", "train", "data"}));
+                             "engine", "train", "data", "spatial"}));
   bench_cmd->add_option("-b,--minbytes", min_b, "smallest size (bytes; K/M/G suffixes)");
   bench_cmd->add_option("-e,--maxbytes", max_b, "largest size (bytes; K/M/G suffixes)");
   bench_cmd->add_option("-f,--stepfactor", bench.factor, "size multiplier between rows");
@@ -59,6 +60,9 @@ int main(int argc, char** argv) {
   tessera::app::add_train_bench_options(*bench_cmd, train_bench);
   tessera::train::DataBenchOptions data_bench;
   tessera::app::add_data_bench_options(*bench_cmd, data_bench);
+  tessera::train::SpatialBenchOptions spatial_bench;
+  bench_cmd->add_option("--spatial", spatial_bench.grid,
+                        "bench spatial: HxW grid of tiles (1x1: the ordinary model, whole image)");
   tessera::data::MakeDatasetOptions make_dataset;
   CLI::App* make_dataset_cmd = tessera::app::add_make_dataset_command(app, make_dataset);
   tessera::train::TrainOptions train;
@@ -80,7 +84,8 @@ int main(int argc, char** argv) {
   int rc = 0;
   const bool uses_torch =
       train_cmd->parsed() || export_cmd->parsed() || make_dataset_cmd->parsed() ||
-      (bench_cmd->parsed() && (bench.collective == "train" || bench.collective == "data"));
+      (bench_cmd->parsed() && (bench.collective == "train" || bench.collective == "data" ||
+                               bench.collective == "spatial"));
   try {
     if (uses_torch) {
       // The libtorch API's init: MPI, knobs, the memory policy and the engine.
@@ -107,6 +112,18 @@ int main(int argc, char** argv) {
       data_bench.threads = train_bench.threads;
       data_bench.json = bench.json_path;
       tessera::train::run_data_benchmark(data_bench);
+    } else if (bench_cmd->parsed() && bench.collective == "spatial") {
+      // Shared with bench train, whose defaults (batch 32 at 224^2) are not this one's.
+      if (bench_cmd->get_option("--batch-size")->count() > 0)
+        spatial_bench.batch_size = train_bench.batch_size;
+      if (bench_cmd->get_option("--image-size")->count() > 0)
+        spatial_bench.image_size = train_bench.image_size;
+      if (bench_cmd->get_option("--model")->count() > 0) spatial_bench.model = train_bench.model;
+      if (bench_cmd->get_option("--iters")->count() > 0) spatial_bench.iters = bench.iterations;
+      if (bench_cmd->get_option("--warmup")->count() > 0) spatial_bench.warmup = bench.warmup;
+      spatial_bench.threads = train_bench.threads;
+      spatial_bench.json = bench.json_path;
+      tessera::train::run_spatial_benchmark(spatial_bench);
     } else if (export_cmd->parsed()) {
       rc = tessera::app::run_export(export_options);
     } else if (bench_cmd->parsed() && bench.collective == "train") {
