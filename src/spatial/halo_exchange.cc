@@ -212,6 +212,50 @@ torch::Tensor windowed_input(const torch::Tensor& tile, int64_t kh, int64_t kw, 
   return crop_pad(ext, w->edges, fill);
 }
 
+// A 1x1 convolution with stride 1 as what it is, one matrix product per sample (OpenBLAS), in
+// both directions. On one thread torch runs these through slow_conv2d, whose backward took
+// 1.5x the time of the two products here (ResNet-50's bottleneck shapes, profiled), and a rank
+// of a spatial grid usually has one thread; oneDNN's forward was slower still on one thread.
+struct PointwiseConv : public torch::autograd::Function<PointwiseConv> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor tile, torch::Tensor weight,
+                               torch::Tensor bias) {
+    const torch::Tensor x = tile.contiguous();
+    const int64_t n = x.size(0), ci = x.size(1), h = x.size(2), w = x.size(3), co = weight.size(0);
+    const torch::Tensor wm = weight.reshape({co, ci});
+    torch::Tensor y = torch::empty({n, co, h, w}, x.options());
+    for (int64_t i = 0; i < n; ++i) {
+      torch::Tensor out = y[i].view({co, h * w});
+      torch::mm_out(out, wm, x[i].view({ci, h * w}));
+    }
+    const bool has_bias = bias.numel() > 0;
+    if (has_bias) y.add_(bias.view({1, co, 1, 1}));
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["bias"] = has_bias;
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor& weight = saved[1];
+    const torch::Tensor gy = grads[0].contiguous();
+    const int64_t n = x.size(0), ci = x.size(1), hw = x.size(2) * x.size(3), co = weight.size(0);
+    const torch::Tensor wm = weight.reshape({co, ci});
+    torch::Tensor gx;
+    if (ctx->needs_input_grad(0)) {
+      gx = torch::empty_like(x);
+      for (int64_t i = 0; i < n; ++i) {
+        torch::Tensor out = gx[i].view({ci, hw});
+        torch::mm_out(out, wm.t(), gy[i].view({co, hw}));
+      }
+    }
+    torch::Tensor gw = torch::zeros({co, ci}, x.options());
+    for (int64_t i = 0; i < n; ++i) gw.addmm_(gy[i].view({co, hw}), x[i].view({ci, hw}).t());
+    const bool has_bias = ctx->saved_data["bias"].toBool();
+    return {gx, gw.view(weight.sizes()), has_bias ? gy.sum({0, 2, 3}) : torch::Tensor()};
+  }
+};
+
 // The convolution over a tile as one autograd function. It keeps the tile (which the layer
 // before keeps anyway) and the few received halo rows, not the framed copy: framing again in
 // the backward costs a copy, keeping the frame would cost a second copy of every convolution's
@@ -306,13 +350,11 @@ torch::Tensor spatial_conv2d(const torch::Tensor& tile, const torch::Tensor& wei
   if (alone) {
     const std::vector<int64_t> st = pair(stride), zero = pair(0), dil = pair(dilation);
     const torch::Tensor x = crop_pad(tile, w->edges, 0.0);
-    if (x.scalar_type() == torch::kFloat && at::hasMKLDNN()) {
-      // torch's own choice for a 1x1 convolution on one thread is slow_conv2d, whose backward
-      // took 1.8x oneDNN's time per pixel here (profiled: a ResNet-50 step on a 1x2 grid); a
-      // rank of a grid usually runs one thread, so ask for oneDNN directly (differentiable).
-      return at::mkldnn_convolution(
-          x, weight, bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt,
-          at::IntArrayRef(zero), at::IntArrayRef(st), at::IntArrayRef(dil), 1);
+    const bool pointwise = weight.size(2) == 1 && weight.size(3) == 1 && stride == 1 &&
+                           dilation == 1 && x.is_same(tile);
+    if (pointwise) {
+      return PointwiseConv::apply(tile, weight,
+                                  bias.defined() ? bias : torch::empty({0}, tile.options()));
     }
     return torch::conv2d(x, weight, bias, at::IntArrayRef(st), at::IntArrayRef(zero),
                          at::IntArrayRef(dil));
