@@ -106,16 +106,19 @@ SpatialBenchResult run_spatial_benchmark(const SpatialBenchOptions& o) {
         static_cast<long long>(o.image_size), static_cast<long long>(o.image_size),
         static_cast<long long>(o.batch_size), o.threads, o.threads == 1 ? "" : "s",
         whole ? " (the ordinary model on the whole image)" : "");
-    std::printf("step %.3f s (median of %d, slowest rank), halo exchange %.3f s (%.1f%%), group "
-                "sums %.3f s (%.1f%%)\n",
-                r.step_s, o.iters, r.halo_s, 100.0 * r.halo_s / r.step_s, r.group_s,
-                100.0 * r.group_s / r.step_s);
-    std::printf("rank 0: forward %.3f s, backward %.3f s, optimizer step (waiting for the "
-                "gradients' allreduce) %.3f s\n",
-                r.forward_s, r.backward_s, r.update_s);
-    std::printf("peak resident memory per rank %.2f GiB (largest rank; %.2f GiB before the first "
-                "step)\n",
-                r.peak_rss_gib, r.start_rss_gib);
+    std::printf(
+        "step %.3f s (median of %d, slowest rank), halo exchange %.3f s (%.1f%%), group "
+        "sums %.3f s (%.1f%%)\n",
+        r.step_s, o.iters, r.halo_s, 100.0 * r.halo_s / r.step_s, r.group_s,
+        100.0 * r.group_s / r.step_s);
+    std::printf(
+        "rank 0: forward %.3f s, backward %.3f s, optimizer step (waiting for the "
+        "gradients' allreduce) %.3f s\n",
+        r.forward_s, r.backward_s, r.update_s);
+    std::printf(
+        "peak resident memory per rank %.2f GiB (largest rank; %.2f GiB before the first "
+        "step)\n",
+        r.peak_rss_gib, r.start_rss_gib);
     if (!o.json.empty()) {
       std::ofstream f(o.json);
       TESSERA_CHECK(f.good(), "--json: cannot write '", o.json, "'");
@@ -134,7 +137,7 @@ SpatialBenchResult run_spatial_benchmark(const SpatialBenchOptions& o) {
                           {"update_s", r.update_s},
                           {"peak_rss_gib", r.peak_rss_gib},
                           {"start_rss_gib", r.start_rss_gib}}
-                  .dump(1)
+               .dump(1)
         << "\n";
     }
   }
