@@ -164,6 +164,11 @@ Algorithm choose_allreduce(const Communicator& comm, size_t bytes, Algorithm req
   return select_allreduce(cost_table(), allreduce_override(), shape, bytes);
 }
 
+Algorithm choose_allreduce(const Communicator& comm, size_t bytes,
+                           const std::vector<SizeRange>& override_ranges) {
+  return select_allreduce(cost_table(), override_ranges, shape_of(comm), bytes);
+}
+
 void allreduce(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype,
                const AllreduceOptions& options) {
   check_buffer(send, count, "the input", "allreduce");

@@ -38,6 +38,10 @@ void allreduce(Communicator& comm, const void* send, void* recv, size_t count, D
 
 // The algorithm allreduce() runs for `bytes` on `comm` when asked for `requested`.
 Algorithm choose_allreduce(const Communicator& comm, size_t bytes, Algorithm requested);
+// The same choice with `override_ranges` in place of TESSERA_ALLREDUCE's (the engine's tuned
+// setting): the range that holds `bytes`, else the cost table.
+Algorithm choose_allreduce(const Communicator& comm, size_t bytes,
+                           const std::vector<SizeRange>& override_ranges);
 
 // recv (size * count elements) = every rank's send (count elements), in rank order.
 void allgather(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype);

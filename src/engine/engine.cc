@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "comm/collectives.h"
@@ -25,6 +26,12 @@ EngineOptions EngineOptions::from_knobs(const Knobs& k) {
   o.stall_shutdown_s = k.stall_shutdown_s;
   o.timeline = k.timeline;
   return o;
+}
+
+bool Tunables::operator==(const Tunables& o) const {
+  return cycle_time_ms == o.cycle_time_ms && fusion_threshold == o.fusion_threshold &&
+         cache_enabled == o.cache_enabled && allreduce == o.allreduce && colors == o.colors &&
+         segment_bytes == o.segment_bytes;
 }
 
 Engine::Engine(comm::Communicator& c, const EngineOptions& options)
@@ -127,8 +134,75 @@ Engine::Stats Engine::stats() const {
     total.control_seconds += set->stats.control_seconds;
     total.control_cpu_seconds += set->stats.control_cpu_seconds;
     total.data_seconds += set->stats.data_seconds;
+    total.allreduce_bytes += set->stats.allreduce_bytes;
   }
   return total;
+}
+
+Tunables Engine::tunables() const {
+  Impl& set = set_for(0);
+  std::lock_guard<std::mutex> lock(set.mu);
+  return set.current;
+}
+
+namespace {
+
+// set_tunables' broadcast: a JSON text in a fixed-size buffer, so that every rank's request has
+// the same shape before it knows rank 0's values.
+constexpr size_t kTunablesBytes = 1024;
+
+std::vector<char> encode_tunables(const Tunables& t) {
+  const std::string text = nlohmann::json{
+      {"cycle_time_ms", t.cycle_time_ms},
+      {"fusion_threshold", t.fusion_threshold},
+      {"cache_enabled", t.cache_enabled},
+      {"allreduce", t.allreduce},
+      {"colors", t.colors},
+      {"segment_bytes",
+       t.segment_bytes}}.dump();
+  TESSERA_CHECK(text.size() < kTunablesBytes, "set_tunables: the settings are too long (",
+                text.size(), " bytes of JSON; at most ", kTunablesBytes - 1, ")");
+  std::vector<char> buf(kTunablesBytes, '\0');
+  std::copy(text.begin(), text.end(), buf.begin());
+  return buf;
+}
+
+}  // namespace
+
+Tunables decode_tunables(const char* buf) {
+  const nlohmann::json j = nlohmann::json::parse(std::string(buf, strnlen(buf, kTunablesBytes)));
+  Tunables t;
+  t.cycle_time_ms = j.at("cycle_time_ms").get<double>();
+  t.fusion_threshold = j.at("fusion_threshold").get<size_t>();
+  t.cache_enabled = j.at("cache_enabled").get<bool>();
+  t.allreduce = j.at("allreduce").get<std::string>();
+  t.colors = j.at("colors").get<int>();
+  t.segment_bytes = j.at("segment_bytes").get<size_t>();
+  return t;
+}
+
+void Engine::set_tunables(const Tunables& t) {
+  // Checked on every rank before anything is sent, so that a bad value fails everywhere alike
+  // rather than only on the rank whose engine thread would parse it.
+  TESSERA_CHECK(t.cycle_time_ms >= 0, "set_tunables: cycle time must be >= 0 ms, got ",
+                t.cycle_time_ms);
+  TESSERA_CHECK(t.colors >= 0, "set_tunables: colors must be >= 0, got ", t.colors);
+  comm::parse_override(t.allreduce);
+  std::vector<char> buf = encode_tunables(t);
+  if (rank() != 0) std::fill(buf.begin(), buf.end(), '\0');
+  Request r;
+  r.spec.name = "tessera.tunables." + std::to_string(tunables_calls_++);
+  r.spec.op = OpType::kBroadcast;
+  r.spec.dtype = DataType::kUInt8;
+  r.spec.shape = {static_cast<int64_t>(buf.size())};
+  r.spec.root = 0;
+  r.input = buf.data();
+  r.output = buf.data();
+  std::vector<Request> one;
+  one.push_back(std::move(r));
+  Handle h =
+      enqueue_group_impl(std::move(one), /*as_group=*/false, /*carries_tunables=*/true).front();
+  h.wait(knobs().timeout_s);
 }
 
 std::vector<Engine::CycleTime> Engine::cycle_log() const {
@@ -155,7 +229,8 @@ std::vector<Handle> Engine::enqueue_group(std::vector<Request> requests) {
   return enqueue_group_impl(std::move(requests), /*as_group=*/true);
 }
 
-std::vector<Handle> Engine::enqueue_group_impl(std::vector<Request> requests, bool as_group) {
+std::vector<Handle> Engine::enqueue_group_impl(std::vector<Request> requests, bool as_group,
+                                               bool carries_tunables) {
   TESSERA_CHECK(!requests.empty(), "enqueue_group needs at least one request");
   const int set = requests.front().spec.process_set;
   for (const Request& r : requests) {
@@ -227,6 +302,7 @@ std::vector<Handle> Engine::enqueue_group_impl(std::vector<Request> requests, bo
       p.handle = std::make_shared<HandleState>();
       p.handle->name = p.req.spec.name;
       p.enqueued = Impl::Clock::now();
+      p.carries_tunables = carries_tunables;
       m.names_in_flight[p.req.spec.name] = 1;
       handles.emplace_back(p.handle);
       m.queue.push_back(std::move(p));

@@ -34,6 +34,20 @@ class Communicator;
 }
 namespace engine {
 
+// The settings the autotuner (src/tune) changes while training runs. Every rank must hold the
+// same values: Engine::set_tunables switches them on every rank at one agreed point.
+struct Tunables {
+  double cycle_time_ms = 1.0;
+  size_t fusion_threshold = size_t{128} << 20;
+  bool cache_enabled = true;  // off: every tensor goes through the coordinator
+  // Allreduce algorithm by size range, TESSERA_ALLREDUCE's syntax (empty: TESSERA_ALLREDUCE's).
+  std::string allreduce;
+  int colors = 0;            // multicolor's trees (0: TESSERA_COLORS)
+  size_t segment_bytes = 0;  // pipelining unit of ring and trees (0: TESSERA_SEGMENT_BYTES)
+  bool operator==(const Tunables& o) const;
+  bool operator!=(const Tunables& o) const { return !(*this == o); }
+};
+
 struct EngineOptions {
   double cycle_time_ms = 1.0;
   // While every rank is idle the wait between cycles doubles up to this (ms; <= cycle time:
@@ -44,6 +58,10 @@ struct EngineOptions {
   double stall_check_s = 60.0;
   double stall_shutdown_s = 0.0;  // 0: never
   std::string timeline;
+  // What Tunables adds to the knobs above (empty / 0: the knobs').
+  std::string allreduce;
+  int colors = 0;
+  size_t segment_bytes = 0;
   // The knobs' values (TESSERA_CYCLE_TIME, ...).
   static EngineOptions from_knobs(const Knobs& k = knobs());
 };
@@ -101,8 +119,19 @@ class Engine {
     double control_cpu_seconds = 0;  // the engine thread's CPU time in negotiation: the work
                                      // itself, without the time spent waiting for other ranks
     double data_seconds = 0;
+    uint64_t allreduce_bytes = 0;  // bytes of every allreduced tensor (the autotuner's score)
   };
   Stats stats() const;
+
+  // Process set 0's current tunables. The cache is on when its capacity is > 0.
+  Tunables tunables() const;
+  // Collective over every rank of the engine (in the same order as its other collectives): rank
+  // 0's `t` becomes every rank's, and every rank's engine thread switches all of process set
+  // 0's settings at the same point of the same cycle (just after the agreed broadcast that
+  // carries them), so no two ranks ever fuse, cache or reduce the same tensors differently.
+  // Returns once this rank has switched. Turning the cache off or on empties it (every tensor
+  // is negotiated once more). Throws InvalidArgument for a bad allreduce range text.
+  void set_tunables(const Tunables& t);
 
   // When a cycle of process set 0 began on this rank and when its negotiation ended (just
   // before data movement), on the steady clock in seconds. Cycles run in lockstep, so `index`
@@ -135,7 +164,8 @@ class Engine {
              std::chrono::steady_clock::time_point end);
 
  private:
-  std::vector<Handle> enqueue_group_impl(std::vector<Request> requests, bool as_group);
+  std::vector<Handle> enqueue_group_impl(std::vector<Request> requests, bool as_group,
+                                         bool carries_tunables = false);
 
   struct Impl;  // one process set: its communicator, negotiation state and thread
   Impl& set_for(int id) const;
@@ -144,6 +174,7 @@ class Engine {
   std::unique_ptr<comm::Communicator> base_;  // the user thread's, for creating sets
   mutable std::mutex sets_mu_;
   std::vector<std::unique_ptr<Impl>> sets_;  // by id; nullptr where this rank is no member
+  uint64_t tunables_calls_ = 0;              // names each set_tunables broadcast
 };
 
 }  // namespace engine

@@ -316,8 +316,53 @@ void Engine::Impl::execute(const std::vector<Ready>& ready) {
     std::vector<Pending*> items;
     for (size_t i : b.items) items.push_back(ok[i]);
     run_batch(items);
+    // After the broadcast that carries them has run, every rank holds rank 0's settings; every
+    // rank reaches this point in the same cycle at the same batch, so all switch together.
+    // What remains of this cycle was planned before and runs alike everywhere.
+    const bool switch_now = items.size() == 1 && items.front()->carries_tunables;
+    if (switch_now) apply(decode_tunables(static_cast<const char*>(items.front()->req.output)));
     complete(items, nullptr);
   }
+}
+
+Tunables Engine::Impl::tunables_of(const EngineOptions& o) {
+  Tunables t;
+  t.cycle_time_ms = o.cycle_time_ms;
+  t.fusion_threshold = o.fusion_threshold;
+  t.cache_enabled = o.cache_capacity > 0;
+  t.allreduce = o.allreduce;
+  t.colors = o.colors;
+  t.segment_bytes = o.segment_bytes;
+  return t;
+}
+
+void Engine::Impl::apply(const Tunables& t) {
+  override_ranges = comm::parse_override(t.allreduce);  // checked by set_tunables already
+  if (t.cache_enabled != (opt.cache_capacity > 0)) {
+    // A fresh cache on every rank at the same point; requests that voted under the old bits go
+    // back to the coordinator.
+    opt.cache_capacity = t.cache_enabled ? full_cache_capacity : 0;
+    cache = ResponseCache(opt.cache_capacity);
+    for (auto& kv : pending) {
+      if (kv.second.state == State::kCached) {
+        kv.second.state = State::kNew;
+        kv.second.bit = -1;
+      }
+    }
+  }
+  opt.cycle_time_ms = t.cycle_time_ms;
+  opt.fusion_threshold = t.fusion_threshold;
+  opt.allreduce = t.allreduce;
+  opt.colors = t.colors;
+  opt.segment_bytes = t.segment_bytes;
+  idle_wait_ms = opt.cycle_time_ms > 0 ? opt.cycle_time_ms : 1.0;
+  std::lock_guard<std::mutex> lock(mu);
+  current = tunables_of(opt);
+}
+
+comm::Algorithm Engine::Impl::algorithm_for(size_t bytes) const {
+  return override_ranges.empty() ? comm::choose_allreduce(*comm, bytes, comm::Algorithm::kAuto)
+                                 : comm::choose_allreduce(*comm, bytes, override_ranges);
 }
 
 void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
@@ -338,9 +383,7 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
     std::string a =
         "{\"bytes\":" + std::to_string(bytes) + ",\"tensors\":" + std::to_string(items.size());
     if (lead.op == OpType::kAllreduce) {
-      a += std::string(",\"algorithm\":\"") +
-           comm::algorithm_name(comm::choose_allreduce(*comm, bytes, comm::Algorithm::kAuto)) +
-           "\"";
+      a += std::string(",\"algorithm\":\"") + comm::algorithm_name(algorithm_for(bytes)) + "\"";
     }
     return a + "}";
   };
@@ -351,6 +394,15 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
       const double out_factor = lead.postscale * (average ? 1.0 / n : 1.0);
       comm::AllreduceOptions o;
       o.op = average ? ReduceOp::kSum : lead.reduce_op;
+      o.colors = opt.colors;
+      o.segment_bytes = opt.segment_bytes;
+      size_t batch_bytes = 0;
+      for (Pending* p : items) batch_bytes += p->req.spec.bytes();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stats.allreduce_bytes += batch_bytes;
+      }
+      if (!override_ranges.empty()) o.algorithm = algorithm_for(batch_bytes);
       if (items.size() == 1) {
         Request& r = items.front()->req;
         const size_t count = r.spec.elements();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/selector.h"
 #include "engine/coordinator.h"
 #include "engine/engine.h"
 #include "engine/response_cache.h"
@@ -22,6 +23,9 @@
 
 namespace tessera {
 namespace engine {
+
+// set_tunables' broadcast buffer back into settings (engine.cc).
+Tunables decode_tunables(const char* buf);
 
 struct Engine::Impl {
   using Clock = std::chrono::steady_clock;
@@ -35,6 +39,7 @@ struct Engine::Impl {
     int bit = -1;
     Clock::time_point agreed;
     std::string negotiate_args = "{}";  // for the timeline
+    bool carries_tunables = false;      // set_tunables' broadcast: switch once it has run
   };
   struct Ready {
     Pending* pending;   // an entry of `pending` (map nodes stay put until erased)
@@ -46,10 +51,14 @@ struct Engine::Impl {
         opt(o),
         cache(o.cache_capacity),
         coordinator(comm->size()),
-        idle_wait_ms(o.cycle_time_ms > 0 ? o.cycle_time_ms : 1.0) {}
+        idle_wait_ms(o.cycle_time_ms > 0 ? o.cycle_time_ms : 1.0),
+        full_cache_capacity(o.cache_capacity > 0 ? o.cache_capacity : 1024),
+        override_ranges(comm::parse_override(o.allreduce)) {
+    current = tunables_of(opt);
+  }
 
   std::unique_ptr<comm::Communicator> comm;
-  EngineOptions opt;
+  EngineOptions opt;  // engine thread only; `current` mirrors its tunables for other threads
   ResponseCache cache;
 
   // Shared with the callers' threads.
@@ -62,6 +71,7 @@ struct Engine::Impl {
   std::string final_error;  // why the engine stopped; set once
   std::atomic<bool> stopped{false};
   Stats stats;
+  Tunables current;
   std::vector<CycleTime> cycle_log;  // ring of kCycleLogSize; cycle_index % size is the newest
   std::thread thread;
 
@@ -74,6 +84,8 @@ struct Engine::Impl {
   double idle_wait_ms = 1.0;  // the wait before the next cycle: longer while all are idle
   Timeline timeline;
   Clock::time_point last_flush;
+  size_t full_cache_capacity;  // the capacity the cache gets when tuning turns it back on
+  std::vector<comm::SizeRange> override_ranges;  // opt.allreduce parsed; empty: the knob's
 
   int set_id = 0;
 
@@ -85,6 +97,10 @@ struct Engine::Impl {
   void run_batch(const std::vector<Pending*>& items);
   void complete(const std::vector<Pending*>& items, std::exception_ptr e);
   void fail_all(std::exception_ptr e);
+  // Switches opt to `t` (engine thread, at the agreed point).
+  void apply(const Tunables& t);
+  static Tunables tunables_of(const EngineOptions& o);
+  comm::Algorithm algorithm_for(size_t bytes) const;
 };
 
 }  // namespace engine

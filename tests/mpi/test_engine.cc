@@ -116,6 +116,84 @@ TEST_F(EngineTest, TwoHundredTensorsInDifferentOrdersTwice) {
   EXPECT_EQ(s.tensors_done, 2u * kTensors);
 }
 
+// set_tunables switches every rank to rank 0's settings at one point, even while tensors are in
+// flight on both sides of it: results stay exact, every rank ends with the same settings, and the
+// settings act (cache off: every tensor goes through the coordinator; an algorithm range: the
+// timeline would name it, and a bad range is refused on every rank before anything is sent).
+TEST_F(EngineTest, SetTunablesSwitchesEveryRankAtOnePointWhileTensorsFlow) {
+  Engine engine(*world_, fast());
+  const int n = world_->size(), r = world_->rank();
+  const int kTensors = 40;
+  std::vector<std::vector<float>> in(kTensors), out(kTensors);
+  for (int t = 0; t < kTensors; ++t) {
+    in[t].assign(static_cast<size_t>(1 + (t * 131) % 5000), static_cast<float>(r + 1 + t));
+  }
+  std::vector<Tunables> settings(4);
+  settings[0].cycle_time_ms = 0;
+  settings[0].fusion_threshold = 4096;
+  settings[0].cache_enabled = false;
+  settings[0].allreduce = "ring";
+  settings[0].segment_bytes = 1024;
+  settings[1].cycle_time_ms = 2;
+  settings[1].fusion_threshold = 1 << 20;
+  settings[1].allreduce = "multicolor";
+  settings[1].colors = 3;
+  settings[2].allreduce = "dbtree:0-16K;rhd:16385-max";
+  settings[2].cache_enabled = false;
+  settings[3] = Tunables{};
+  for (size_t round = 0; round < settings.size(); ++round) {
+    std::vector<Handle> handles(kTensors);
+    // Half the tensors are enqueued before the switch and half after, in a rank-dependent order.
+    for (int t = 0; t < kTensors / 2; ++t) {
+      out[t].assign(in[t].size(), -1);
+      handles[t] = engine.enqueue_allreduce("t" + std::to_string(t), in[t].data(), out[t].data(),
+                                            DataType::kFloat32,
+                                            {static_cast<int64_t>(in[t].size())}, ReduceOp::kSum);
+    }
+    Tunables mine = settings[round];
+    if (r != 0) mine.fusion_threshold = 7777 + static_cast<size_t>(r);  // rank 0's wins
+    const uint64_t rounds_before = engine.stats().coordinator_rounds;
+    engine.set_tunables(mine);
+    EXPECT_EQ(engine.tunables(), settings[round]) << "round " << round;
+    for (int t = kTensors / 2; t < kTensors; ++t) {
+      out[t].assign(in[t].size(), -1);
+      handles[t] = engine.enqueue_allreduce("t" + std::to_string(t), in[t].data(), out[t].data(),
+                                            DataType::kFloat32,
+                                            {static_cast<int64_t>(in[t].size())}, ReduceOp::kSum);
+    }
+    for (int t = 0; t < kTensors; ++t) {
+      handles[t].wait(60);
+      const float want = static_cast<float>(n * (n + 1) / 2 + n * t);
+      for (float v : out[t]) ASSERT_EQ(v, want) << "tensor " << t << " round " << round;
+    }
+    if (!settings[round].cache_enabled) {
+      // Every tensor after the switch needed a coordinator round: with the cache on the second
+      // half of round 1 onwards passes by bits alone.
+      EXPECT_GT(engine.stats().coordinator_rounds, rounds_before) << "round " << round;
+    }
+  }
+  // The same settings everywhere: the fusion threshold rank 0 chose, on every rank.
+  int64_t lo = static_cast<int64_t>(engine.tunables().fusion_threshold), hi = lo;
+  comm::AllreduceOptions mn, mx;
+  mn.op = ReduceOp::kMin;
+  mx.op = ReduceOp::kMax;
+  comm::allreduce(*world_, &lo, &lo, 1, DataType::kInt64, mn);
+  comm::allreduce(*world_, &hi, &hi, 1, DataType::kInt64, mx);
+  EXPECT_EQ(lo, hi);
+  Tunables bad;
+  bad.allreduce = "ring:0-1K;ring:512-max";
+  try {
+    engine.set_tunables(bad);
+    ADD_FAILURE() << "an overlapping range was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("overlaps"), std::string::npos) << e.what();
+  }
+  // Still usable after the refusal.
+  float x = 1, y = 0;
+  engine.enqueue_allreduce("after", &x, &y, DataType::kFloat32, {1}, ReduceOp::kSum).wait(30);
+  EXPECT_EQ(y, static_cast<float>(n));
+}
+
 // Rank 0 waits on "x" under cache bit 0 while a new tensor evicts x and takes bit 0; rank 1
 // then votes bit 0 for that other tensor. Rank 0's x must not vote bit 0 any more (the round
 // that evicted x took it to the coordinator), or the ranks would agree on different tensors.
