@@ -14,15 +14,70 @@
 #include "common/knobs.h"
 #include "tessera/torch.h"
 #include "train/spatial_benchmark.h"
+#include "tune/config_file.h"
 
 namespace {
 
 // CLI11 validator-free conversion of "64K"/"1MiB"/"4096" through the knob parser.
 size_t bytes_arg(const std::string& s) { return tessera::parse_bytes(s); }
 
+int run(int argc, char** argv);
+
+// `tessera tune [--log F] [--output F] [--bounds B] -- <train args>`: the training run of
+// `tessera train <train args>` (or `tessera bench train ...` when they start with "bench") with
+// TESSERA_AUTOTUNE=1. Options become the autotuner's knobs unless the environment sets them.
+int run_tune(int argc, char** argv) {
+  int dash = -1;
+  for (int i = 2; i < argc; ++i) {
+    if (std::string(argv[i]) == "--") {
+      dash = i;
+      break;
+    }
+  }
+  CLI::App app{
+      "tessera tune: tune the engine's knobs during training; `tessera tune [options] "
+      "-- <tessera train arguments>`"};
+  std::string log = "tessera-autotune.jsonl", output = "tessera-tuned.json", bounds;
+  app.add_option("--log", log, "JSON lines of every configuration tried")->capture_default_str();
+  app.add_option("--output", output, "the best configuration, for tessera train --config")
+      ->capture_default_str();
+  app.add_option("--bounds", bounds, "TESSERA_AUTOTUNE_BOUNDS (docs/knobs.md)");
+  std::vector<std::string> own;
+  // CLI11 takes a vector of arguments last first.
+  for (int i = (dash < 0 ? argc : dash) - 1; i >= 2; --i) own.push_back(argv[i]);
+  try {
+    app.parse(own);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (dash < 0) {
+    std::fprintf(stderr,
+                 "tessera tune: give the training run after --, e.g. tessera tune -- --model "
+                 "resnet18 --steps 400 (or: tessera tune -- bench train --model resnet18)\n");
+    return 2;
+  }
+  // Before any MPI or thread of ours: setenv is safe. An explicit environment wins.
+  ::setenv("TESSERA_AUTOTUNE", "1", 0);
+  ::setenv("TESSERA_AUTOTUNE_LOG", log.c_str(), 0);
+  ::setenv("TESSERA_AUTOTUNE_CONFIG", output.c_str(), 0);
+  if (!bounds.empty()) ::setenv("TESSERA_AUTOTUNE_BOUNDS", bounds.c_str(), 0);
+  std::vector<char*> args{argv[0]};
+  static char train_word[] = "train";
+  if (dash + 1 >= argc || std::string(argv[dash + 1]) != "bench") args.push_back(train_word);
+  for (int i = dash + 1; i < argc; ++i) args.push_back(argv[i]);
+  return run(static_cast<int>(args.size()), args.data());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "tune") return run_tune(argc, argv);
+  return run(argc, argv);
+}
+
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"tessera: data- and spatially-parallel training of convolutional networks over MPI"};
   app.require_subcommand(1);
 
@@ -67,6 +122,14 @@ int main(int argc, char** argv) {
   CLI::App* make_dataset_cmd = tessera::app::add_make_dataset_command(app, make_dataset);
   tessera::train::TrainOptions train;
   CLI::App* train_cmd = tessera::app::add_train_command(app, train);
+  std::string config_path;
+  train_cmd->add_option("--config", config_path,
+                        "knobs from this file (as tessera tune writes it) where the environment "
+                        "does not set them");
+  bench_cmd->add_option("--config", config_path, "bench train: knobs from this file, as train");
+  app.add_subcommand("tune",
+                     "tune the engine's knobs while training: tessera tune [--log F] [--output F] "
+                     "[--bounds B] -- <train arguments>");
   tessera::app::ExportOptions export_options;
   CLI::App* export_cmd = tessera::app::add_export_command(app, export_options);
 
@@ -87,6 +150,12 @@ int main(int argc, char** argv) {
       (bench_cmd->parsed() && (bench.collective == "train" || bench.collective == "data" ||
                                bench.collective == "spatial"));
   try {
+    if (!config_path.empty()) {
+      // Before init, which reads the knobs once (rank 0's environment for everyone).
+      for (const auto& kv : tessera::tune::apply_config_to_environment(config_path)) {
+        (void)kv;
+      }
+    }
     if (uses_torch) {
       // The libtorch API's init: MPI, knobs, the memory policy and the engine.
       tessera::init();
@@ -164,3 +233,5 @@ int main(int argc, char** argv) {
   }
   return rc;
 }
+
+}  // namespace

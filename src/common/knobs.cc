@@ -77,6 +77,24 @@ const std::vector<KnobInfo>& knob_table() {
       {"TESSERA_MALLOC_POLICY", "keep", "keep, system",
        "process memory policy set at tessera::init: keep freed buffers for reuse, or glibc's "
        "defaults"},
+      {"TESSERA_AUTOTUNE", "0", "0, 1",
+       "search the engine's knobs during the first training steps and keep the best"},
+      {"TESSERA_AUTOTUNE_LOG", "(empty: none)", "a path",
+       "JSON lines: every configuration the autotuner tried, with its samples and score"},
+      {"TESSERA_AUTOTUNE_CONFIG", "tessera-tuned.json", "a path",
+       "where the autotuner writes the best configuration, for `tessera train --config`"},
+      {"TESSERA_AUTOTUNE_WARMUP_STEPS", "5", "an integer from 0 to 100000",
+       "training steps before the autotuner's first sample"},
+      {"TESSERA_AUTOTUNE_STEPS_PER_SAMPLE", "3", "an integer from 1 to 100000",
+       "training steps per sample of the autotuner's score"},
+      {"TESSERA_AUTOTUNE_SAMPLES", "3", "an integer from 1 to 1000",
+       "samples per configuration; the score is their median"},
+      {"TESSERA_AUTOTUNE_BAYES_TRIALS", "10", "an integer from 0 to 1000",
+       "configurations of the continuous knobs proposed by Bayesian optimisation"},
+      {"TESSERA_AUTOTUNE_BOUNDS", "(empty: defaults)",
+       "name=LO-HI or name=a,b,... clauses separated by ';' (fusion_threshold, cycle_time_ms, "
+       "segment_bytes, colors, algorithm, cache)",
+       "the autotuner's search space"},
   };
   return table;
 }
@@ -181,7 +199,30 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
     }
     k.malloc_policy = s;
   }
+  if (const char* v = get("TESSERA_AUTOTUNE")) {
+    k.autotune = parse_int("TESSERA_AUTOTUNE", v, 0, 1) == 1;
+  }
+  if (const char* v = get("TESSERA_AUTOTUNE_LOG")) k.autotune_log = v;
+  if (const char* v = get("TESSERA_AUTOTUNE_CONFIG")) k.autotune_config = v;
+  auto int_knob = [&](const char* name, long lo, long hi, int* out) {
+    if (const char* v = get(name)) *out = static_cast<int>(parse_int(name, v, lo, hi));
+  };
+  int_knob("TESSERA_AUTOTUNE_WARMUP_STEPS", 0, 100000, &k.autotune_warmup_steps);
+  int_knob("TESSERA_AUTOTUNE_STEPS_PER_SAMPLE", 1, 100000, &k.autotune_steps_per_sample);
+  int_knob("TESSERA_AUTOTUNE_SAMPLES", 1, 1000, &k.autotune_samples);
+  int_knob("TESSERA_AUTOTUNE_BAYES_TRIALS", 0, 1000, &k.autotune_bayes_trials);
+  if (const char* v = get("TESSERA_AUTOTUNE_BOUNDS")) k.autotune_bounds = v;
+  for (const KnobInfo& info : knob_table()) {
+    if (get(info.name) != nullptr) k.set_explicitly.emplace_back(info.name);
+  }
   return k;
+}
+
+bool Knobs::is_explicit(const char* name) const {
+  for (const std::string& s : set_explicitly) {
+    if (s == name) return true;
+  }
+  return false;
 }
 
 const Knobs& knobs() { return current(); }

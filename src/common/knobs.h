@@ -54,6 +54,25 @@ struct Knobs {
   // thresholds so libtorch's large buffers are reused instead of page-faulted in every step;
   // "system" leaves glibc's defaults.
   std::string malloc_policy = "keep";
+
+  // The autotuner (src/tune).
+  // Tune the engine's knobs during the first steps of training (TESSERA_AUTOTUNE=1).
+  bool autotune = false;
+  // JSON lines, one per configuration tried and its score (empty: no log).
+  std::string autotune_log;
+  // Where the best configuration is written, for `tessera train --config`.
+  std::string autotune_config = "tessera-tuned.json";
+  int autotune_warmup_steps = 5;      // steps at the starting settings before any sample
+  int autotune_steps_per_sample = 3;  // steps per sample of the score
+  int autotune_samples = 3;           // samples per configuration (the score is their median)
+  int autotune_bayes_trials = 10;     // configurations proposed by expected improvement
+  // Search bounds, "name=LO-HI;name=a,b,c" (empty: the defaults of src/tune/search_space.h).
+  std::string autotune_bounds;
+
+  // The TESSERA_* knobs given a value (environment or --config), by name: the autotuner leaves
+  // these alone.
+  std::vector<std::string> set_explicitly;
+  bool is_explicit(const char* name) const;
 };
 
 struct KnobInfo {

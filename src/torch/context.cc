@@ -47,6 +47,9 @@ void init() {
   auto ctx = std::make_unique<detail::Context>();
   ctx->world = comm::Communicator::world();
   ctx->engine = std::make_unique<engine::Engine>(*ctx->world);
+  if (knobs().autotune) {
+    ctx->tuner = std::make_unique<tune::StepTuner>(*ctx->engine, *ctx->world, knobs());
+  }
   TESSERA_LOG(kInfo, "tessera::init: ", ctx->world->describe(), ", memory policy ", policy);
   detail::g_context = std::move(ctx);
 }
@@ -57,6 +60,7 @@ void shutdown() {
     std::lock_guard<std::mutex> lock(detail::g_mu);
     ctx = std::move(detail::g_context);
   }
+  if (ctx) ctx->tuner.reset();
   ctx.reset();  // the engine's destructor agrees on shutdown with the other ranks
   // MPI initialised by someone else (the application, a test main) stays theirs to finalise.
   if (detail::g_owns_mpi) comm::finalize();

@@ -8,6 +8,7 @@
 
 #include "comm/communicator.h"
 #include "engine/engine.h"
+#include "tune/step_tuner.h"
 
 namespace tessera {
 namespace detail {
@@ -15,6 +16,8 @@ namespace detail {
 struct Context {
   std::unique_ptr<comm::Communicator> world;
   std::unique_ptr<engine::Engine> engine;
+  // TESSERA_AUTOTUNE=1: fed by every DistributedOptimizer::step (null otherwise).
+  std::unique_ptr<tune::StepTuner> tuner;
 };
 
 // Throws InvalidArgument ("call tessera::init() first") when not initialised.

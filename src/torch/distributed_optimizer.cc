@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "tessera/torch.h"
+#include "torch/context.h"
 
 namespace tessera {
 
@@ -236,6 +237,10 @@ void DistributedOptimizer::synchronize() {
 void DistributedOptimizer::step() {
   synchronize();
   optimizer_.step();
+  // The autotuner counts steps here: every rank steps the same number of times, and between
+  // steps no gradient of this optimizer is in flight.
+  detail::Context& ctx = detail::context();
+  if (ctx.tuner) ctx.tuner->after_step();
 }
 
 void DistributedOptimizer::zero_grad() { optimizer_.zero_grad(); }

@@ -54,6 +54,30 @@ TEST(Knobs, ParsesEveryKnob) {
   EXPECT_EQ(k.allreduce, "ring");
   EXPECT_EQ(k.log_level, LogLevel::kDebug);
   EXPECT_EQ(k.cost_table, "/tmp/t.json");
+  EXPECT_TRUE(k.is_explicit("TESSERA_COLORS"));
+  EXPECT_FALSE(k.is_explicit("TESSERA_CYCLE_TIME"));
+  EXPECT_EQ(k.set_explicitly.size(), 10u);
+}
+
+TEST(Knobs, ParsesTheAutotunersKnobs) {
+  const Knobs k = parse({{"TESSERA_AUTOTUNE", "1"},
+                         {"TESSERA_AUTOTUNE_LOG", "a.jsonl"},
+                         {"TESSERA_AUTOTUNE_CONFIG", "b.json"},
+                         {"TESSERA_AUTOTUNE_WARMUP_STEPS", "0"},
+                         {"TESSERA_AUTOTUNE_STEPS_PER_SAMPLE", "7"},
+                         {"TESSERA_AUTOTUNE_SAMPLES", "5"},
+                         {"TESSERA_AUTOTUNE_BAYES_TRIALS", "20"},
+                         {"TESSERA_AUTOTUNE_BOUNDS", "colors=2-3"}});
+  EXPECT_TRUE(k.autotune);
+  EXPECT_EQ(k.autotune_log, "a.jsonl");
+  EXPECT_EQ(k.autotune_config, "b.json");
+  EXPECT_EQ(k.autotune_warmup_steps, 0);
+  EXPECT_EQ(k.autotune_steps_per_sample, 7);
+  EXPECT_EQ(k.autotune_samples, 5);
+  EXPECT_EQ(k.autotune_bayes_trials, 20);
+  EXPECT_EQ(k.autotune_bounds, "colors=2-3");
+  EXPECT_THROW(parse({{"TESSERA_AUTOTUNE", "yes"}}), InvalidArgument);
+  EXPECT_THROW(parse({{"TESSERA_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}), InvalidArgument);
 }
 
 TEST(Knobs, BadValuesQuoteTheKnobTheValueAndWhatIsAccepted) {

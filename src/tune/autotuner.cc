@@ -1,0 +1,177 @@
+#include "tune/autotuner.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace tessera {
+namespace tune {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+TunerOptions TunerOptions::from_knobs(const Knobs& k) {
+  TunerOptions o;
+  o.warmup_steps = k.autotune_warmup_steps;
+  o.steps_per_sample = k.autotune_steps_per_sample;
+  o.samples = k.autotune_samples;
+  o.bayes_trials = k.autotune_bayes_trials;
+  return o;
+}
+
+Autotuner::Autotuner(const SearchSpace& space, const Fixed& fixed, const Config& initial,
+                     const TunerOptions& options)
+    : space_(space), fixed_(fixed), o_(options), current_(initial), rng_(options.seed) {
+  TESSERA_CHECK(
+      o_.warmup_steps >= 0 && o_.steps_per_sample >= 1 && o_.samples >= 1 && o_.bayes_trials >= 0,
+      "autotuner: warm-up steps must be >= 0, steps per sample and samples >= 1, "
+      "Bayesian trials >= 0");
+  if (!fixed_.algorithm && space_.algorithms.empty()) {
+    throw InvalidArgument(
+        "TESSERA_AUTOTUNE_BOUNDS field 'algorithm': no algorithm that can run on this "
+        "communicator is left to search");
+  }
+  TESSERA_CHECK(fixed_.cache || !space_.cache.empty(),
+                "TESSERA_AUTOTUNE_BOUNDS field 'cache': no value left to search");
+  // Discrete choices: every algorithm x every cache setting, the starting one first so that
+  // its score is the reference the others are compared with.
+  std::vector<comm::Algorithm> algos =
+      fixed_.algorithm ? std::vector<comm::Algorithm>{initial.algorithm} : space_.algorithms;
+  std::vector<bool> caches = fixed_.cache ? std::vector<bool>{initial.cache} : space_.cache;
+  discrete_.push_back(initial);
+  for (comm::Algorithm a : algos) {
+    for (bool cache : caches) {
+      Config c = initial;
+      c.algorithm = a;
+      c.cache = cache;
+      if (std::find(discrete_.begin(), discrete_.end(), c) == discrete_.end()) {
+        discrete_.push_back(c);
+      }
+    }
+  }
+  start_trial_.config = initial;
+  if (o_.warmup_steps == 0) {
+    phase_ = Phase::kDiscrete;
+    start(discrete_[next_discrete_++], "discrete");
+  }
+}
+
+int Autotuner::planned_steps() const {
+  const int per_trial = 1 + o_.samples * o_.steps_per_sample;
+  // The Bayesian phase's size depends on the discrete winner's dimensions; count the most.
+  return o_.warmup_steps + per_trial * (static_cast<int>(discrete_.size()) + o_.bayes_trials);
+}
+
+const Trial& Autotuner::best() const {
+  const Trial* b = &start_trial_;
+  for (const Trial& t : trials_) {
+    if (b == &start_trial_ || t.score > b->score) b = &t;
+  }
+  return *b;
+}
+
+std::optional<Config> Autotuner::start(const Config& c, const char* phase) {
+  const bool changed = c != current_;
+  current_ = c;
+  trial_ = Trial{};
+  trial_.config = c;
+  trial_.phase = phase;
+  trial_.first_step = step_;
+  trial_step_ = 0;
+  sample_bytes_ = sample_seconds_ = 0;
+  return changed ? std::optional<Config>(c) : std::nullopt;
+}
+
+std::optional<Config> Autotuner::after_step(double bytes, double seconds) {
+  ++step_;
+  switch (phase_) {
+    case Phase::kDone:
+      return std::nullopt;
+    case Phase::kWarmup:
+      if (step_ < o_.warmup_steps) return std::nullopt;
+      phase_ = Phase::kDiscrete;
+      return start(discrete_[next_discrete_++], "discrete");
+    case Phase::kDiscrete:
+    case Phase::kBayes:
+      break;
+  }
+  ++trial_step_;
+  if (trial_step_ == 1) return std::nullopt;  // the settling step after a switch
+  sample_bytes_ += bytes;
+  sample_seconds_ += seconds;
+  if ((trial_step_ - 1) % o_.steps_per_sample != 0) return std::nullopt;
+  trial_.samples.push_back(sample_seconds_ > 0 ? sample_bytes_ / sample_seconds_ : 0.0);
+  sample_bytes_ = sample_seconds_ = 0;
+  if (static_cast<int>(trial_.samples.size()) < o_.samples) return std::nullopt;
+  return finish_trial();
+}
+
+std::optional<Config> Autotuner::finish_trial() {
+  trial_.score = median(trial_.samples);
+  trials_.push_back(trial_);
+  if (phase_ == Phase::kDiscrete) {
+    if (next_discrete_ < discrete_.size()) return start(discrete_[next_discrete_++], "discrete");
+    phase_ = Phase::kBayes;
+    dims_ = continuous_dims(space_, fixed_, best().config.algorithm);
+  } else {
+    ++bayes_done_;
+  }
+  if (phase_ == Phase::kBayes && bayes_done_ < o_.bayes_trials && !dims_.empty()) {
+    return start(propose(), "bayes");
+  }
+  phase_ = Phase::kDone;
+  const Config winner = best().config;
+  const bool changed = winner != current_;
+  current_ = winner;
+  return changed ? std::optional<Config>(winner) : std::nullopt;
+}
+
+Config Autotuner::propose() {
+  // Observations: the trials of the discrete winner's algorithm and cache (the continuous knobs
+  // vary only among these), in the unit cube.
+  const Config base = best().config;
+  std::vector<std::vector<double>> xs;
+  std::vector<double> ys;
+  std::vector<Config> seen;
+  for (const Trial& t : trials_) {
+    if (t.config.algorithm != base.algorithm || t.config.cache != base.cache) continue;
+    xs.push_back(to_unit(space_, dims_, t.config));
+    ys.push_back(t.score);
+    seen.push_back(t.config);
+  }
+  GaussianProcess gp;
+  gp.fit(xs, ys);
+  const double best_y = *std::max_element(ys.begin(), ys.end());
+  const double scale = std::max(1e-12, std::abs(best_y));
+  // Candidates: uniform over the cube and around the best point; the one with the highest
+  // expected improvement that is not already measured (after rounding to knob values).
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::normal_distribution<double> near(0.0, 0.08);
+  const std::vector<double> best_x = to_unit(space_, dims_, base);
+  double best_ei = -1;
+  Config choice = base;
+  for (int i = 0; i < 3000; ++i) {
+    std::vector<double> u(dims_.size());
+    for (size_t d = 0; d < u.size(); ++d) {
+      u[d] = i % 3 == 0 ? std::min(1.0, std::max(0.0, best_x[d] + near(rng_))) : unit(rng_);
+    }
+    const Config c = from_unit(space_, dims_, u, base);
+    if (std::find(seen.begin(), seen.end(), c) != seen.end()) continue;
+    const GpPrediction p = gp.predict(to_unit(space_, dims_, c));
+    const double ei = expected_improvement(p.mean, p.sd, best_y, 0.01 * scale);
+    if (ei > best_ei) {
+      best_ei = ei;
+      choice = c;
+    }
+  }
+  return choice;
+}
+
+}  // namespace tune
+}  // namespace tessera

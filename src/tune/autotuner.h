@@ -1,0 +1,90 @@
+// The autotuner's search, as a pure state machine fed one training step at a time: warm-up at
+// the starting settings, then every discrete choice (algorithm x cache) exhaustively at the
+// starting continuous values, then Bayesian optimisation (Gaussian process, expected
+// improvement) over the continuous knobs of the best discrete choice, then the best
+// configuration seen. Each configuration is scored by the median of several samples of bytes
+// allreduced per second, after one settling step that is not scored (the first step after a
+// switch pays for it: the cache refills, the fusion buffer grows).
+//
+// Every rank runs its own Autotuner on the same inputs (the step driver agrees them first), so
+// all of them switch at the same step to the same configuration without any message of their
+// own; the engine's set_tunables makes rank 0's choice everyone's regardless.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tune/gaussian_process.h"
+#include "tune/search_space.h"
+
+namespace tessera {
+namespace tune {
+
+struct TunerOptions {
+  int warmup_steps = 5;
+  int steps_per_sample = 3;
+  int samples = 3;
+  int bayes_trials = 10;
+  uint32_t seed = 1;
+  static TunerOptions from_knobs(const Knobs& k);
+};
+
+struct Trial {
+  Config config;
+  std::string phase;            // "discrete" or "bayes"
+  std::vector<double> samples;  // bytes per second
+  double score = 0;             // their median
+  int first_step = 0;           // the step the configuration took effect
+};
+
+class Autotuner {
+ public:
+  // `algorithms` are those usable on the communicator (the search space's list, filtered by the
+  // caller); throws InvalidArgument naming the field when nothing is left to search.
+  Autotuner(const SearchSpace& space, const Fixed& fixed, const Config& start,
+            const TunerOptions& options);
+
+  // After each training step: the bytes allreduced during it and its seconds. Returns the
+  // configuration to run from the next step on, when it changes.
+  std::optional<Config> after_step(double bytes, double seconds);
+
+  bool done() const { return phase_ == Phase::kDone; }
+  const Config& current() const { return current_; }
+  // The best trial so far (the starting configuration's until a trial completes).
+  const Trial& best() const;
+  // Completed trials in order; trials()[i] completed at the step after_step returned it.
+  const std::vector<Trial>& trials() const { return trials_; }
+  // How many steps the whole search takes (warm-up included), fixed at construction.
+  int planned_steps() const;
+  int steps_seen() const { return step_; }
+
+ private:
+  enum class Phase { kWarmup, kDiscrete, kBayes, kDone };
+  std::optional<Config> finish_trial();
+  std::optional<Config> start(const Config& c, const char* phase);
+  Config propose();
+
+  SearchSpace space_;
+  Fixed fixed_;
+  TunerOptions o_;
+  Phase phase_ = Phase::kWarmup;
+  int step_ = 0;
+  Config current_;
+  std::vector<Config> discrete_;  // the discrete phase's queue
+  size_t next_discrete_ = 0;
+  std::vector<Dim> dims_;  // continuous dimensions of the Bayesian phase
+  int bayes_done_ = 0;
+  // The trial being measured.
+  Trial trial_;
+  int trial_step_ = 0;  // steps since the switch
+  double sample_bytes_ = 0, sample_seconds_ = 0;
+  std::vector<Trial> trials_;
+  Trial start_trial_;
+  std::mt19937 rng_;
+};
+
+}  // namespace tune
+}  // namespace tessera
