@@ -429,6 +429,8 @@ int run_calibration(const BenchOptions& o, Communicator& world) {
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 5;
     table.reduce_us_per_byte = us / static_cast<double>(count * 4);
   }
+  // Per rank while all copy, times the ranks: the node's copy throughput.
+  table.node_copy_gbps = memcpy_gbps(world, size_t{64} << 20) * world.local_size();
   const double p = n;
   const double g = table.reduce_us_per_byte;
   std::vector<std::array<double, 3>> ring_rows, shm_rows;

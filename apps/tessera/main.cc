@@ -8,6 +8,7 @@
 #include "apps/tessera/bench_collectives.h"
 #include "apps/tessera/bench_engine.h"
 #include "apps/tessera/data_cli.h"
+#include "apps/tessera/simulate_cli.h"
 #include "apps/tessera/train_cli.h"
 #include "comm/communicator.h"
 #include "common/error.h"
@@ -122,6 +123,8 @@ int run(int argc, char** argv) {
   CLI::App* make_dataset_cmd = tessera::app::add_make_dataset_command(app, make_dataset);
   tessera::train::TrainOptions train;
   CLI::App* train_cmd = tessera::app::add_train_command(app, train);
+  tessera::app::SimulateOptions simulate;
+  CLI::App* simulate_cmd = tessera::app::add_simulate_command(app, simulate);
   std::string config_path;
   train_cmd->add_option("--config", config_path,
                         "knobs from this file (as tessera tune writes it) where the environment "
@@ -144,6 +147,15 @@ int run(int argc, char** argv) {
     return app.exit(e);
   }
 
+  if (simulate_cmd->parsed()) {
+    // Sequential and MPI-free: runs as one process, no mpirun needed.
+    try {
+      return tessera::app::run_simulate(simulate);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tessera: error: %s\n", e.what());
+      return 2;
+    }
+  }
   int rc = 0;
   const bool uses_torch =
       train_cmd->parsed() || export_cmd->parsed() || make_dataset_cmd->parsed() ||

@@ -241,6 +241,7 @@ std::string cost_table_to_json(const CostTable& t) {
   j["net"] = link(t.net);
   j["shm"] = link(t.shm);
   j["reduce_us_per_byte"] = t.reduce_us_per_byte;
+  j["node_copy_gbps"] = t.node_copy_gbps;
   j["segment_bytes"] = t.segment_bytes;
   j["shm_bytes"] = t.shm_bytes;
   j["colors"] = t.colors;
@@ -277,6 +278,8 @@ CostTable cost_table_from_json(const std::string& text) {
     link("shm", &t.shm);
     field = "reduce_us_per_byte";
     if (j.contains(field)) t.reduce_us_per_byte = j.at(field).get<double>();
+    field = "node_copy_gbps";
+    if (j.contains(field)) t.node_copy_gbps = j.at(field).get<double>();
     field = "segment_bytes";
     if (j.contains(field)) t.segment_bytes = j.at(field).get<size_t>();
     field = "shm_bytes";

@@ -54,6 +54,9 @@ struct CostTable {
   LinkCost net{5.0, 1.0 / 1000.0};           // MPI point-to-point between nodes
   LinkCost shm{0.3, 1.0 / 15700.0};          // shared-memory step sync + copy per byte
   double reduce_us_per_byte = 1.0 / 8000.0;  // reduction kernel, per byte of input
+  // What a node copies per second with every rank copying at once (GB/s, all ranks together;
+  // 0: not measured). The simulator's cost of the engine's fusion-buffer copies.
+  double node_copy_gbps = 0;
   size_t segment_bytes = size_t{256} << 10;
   size_t shm_bytes = size_t{1} << 20;
   int colors = 4;
