@@ -176,7 +176,8 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& o) {
   c->add_option("--algorithm", o.algorithm, "auto ring rhd dbtree multicolor hierarchical")
       ->capture_default_str();
   c->add_option("--jitter", o.jitter,
-                "relative spread of one GPU's compute time (overrides the machine's)");
+                "relative spread of one GPU's compute time (overrides the machine's)")
+      ->check(CLI::Range(0.0, 1.0));
   c->add_option("--json", o.json, "also write the figures here");
   c->add_option("--svg", o.svg, "plot efficiency against GPU count here");
   c->add_option("--allreduce-sizes", o.allreduce_sizes,
