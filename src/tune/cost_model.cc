@@ -58,19 +58,21 @@ double multi_node_us(const Machine& mc, Algorithm a, int p_int, double n) {
 }
 
 double one_node_us(const Machine& mc, Algorithm a, int p, double n) {
-  // More ranks than cores: every rank's copies and reductions share the cores.
-  const double share = mc.cores_per_node > 0 && p > mc.cores_per_node
-                           ? static_cast<double>(p) / mc.cores_per_node
-                           : 1.0;
+  // More ranks than cores: every rank's copies and reductions share the cores, and every
+  // synchronisation waits for the ranks beyond the cores to be scheduled.
+  const bool over = mc.cores_per_node > 0 && p > mc.cores_per_node;
+  const double share = over ? static_cast<double>(p) / mc.cores_per_node : 1.0;
+  const double wait_us = over ? (p - mc.cores_per_node) * mc.switch_us : 0.0;
   const comm::CostTable t = cost_table_of(mc);
   if (a == Algorithm::kHierarchical && mc.node_allreduce_gbps > 0) {
     // One shared memory does all the work: every rank's vector passes through it, at the
-    // cache's speed while they all fit and the memory's beyond; plus the formula's step syncs.
+    // cache's speed while they all fit (in the part of the cache a rank keeps between its turns
+    // on a core) and the memory's beyond; two synchronisations per staged piece.
     const double all = p * n;
     const double gbps =
-        all <= mc.cache_bytes / 2 ? mc.cache_allreduce_gbps : mc.node_allreduce_gbps;
+        all <= mc.cache_bytes / 2 / share ? mc.cache_allreduce_gbps : mc.node_allreduce_gbps;
     const double pieces = std::max(1.0, std::ceil(n / mc.shm_bytes));
-    return share * 2 * pieces * mc.shm.latency_us + all / gbps * 1e-3;
+    return 2 * pieces * (share * mc.shm.latency_us + wait_us) + all / gbps * 1e-3;
   }
   return share * comm::predict_us(t, a, {p, 1, p, true}, static_cast<size_t>(n));
 }

@@ -80,7 +80,8 @@ Machine local(const std::string& table_path) {
   m.shm = {t.shm.alpha_us, 1e-3 / t.shm.beta_us_per_byte};
   m.inter = {t.net.alpha_us, 1e-3 / t.net.beta_us_per_byte};
   m.reduce_gbps = 1e-3 / t.reduce_us_per_byte;
-  m.cores_per_node = 2;
+  m.cores_per_node = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  m.switch_us = 1.5;  // a Linux context switch, typical; docs/scaling.md shows what it matches
   m.coordinator_us_per_request = 1.4;  // docs/benchmarks.md, "The engine"
   m.node_copy_gbps = t.node_copy_gbps;
   // The shared-memory algorithm's measured curve on one node (the calibration's ranks): its
@@ -125,6 +126,7 @@ void validate(const Machine& m) {
   positive("spec_bytes", m.spec_bytes);
   positive("compute_jitter", m.compute_jitter, true);
   positive("node_copy_gbps", m.node_copy_gbps, true);
+  positive("switch_us", m.switch_us, true);
   positive("node_allreduce_gbps", m.node_allreduce_gbps, true);
   positive("cache_allreduce_gbps", m.cache_allreduce_gbps, true);
   positive("cache_bytes", m.cache_bytes, true);
@@ -193,6 +195,7 @@ Machine machine_from_json(const std::string& text) {
   number(j, "", "spec_bytes", &m.spec_bytes, false);
   number(j, "", "compute_jitter", &m.compute_jitter, false);
   number(j, "", "node_copy_gbps", &m.node_copy_gbps, false);
+  number(j, "", "switch_us", &m.switch_us, false);
   number(j, "", "node_allreduce_gbps", &m.node_allreduce_gbps, false);
   number(j, "", "cache_allreduce_gbps", &m.cache_allreduce_gbps, false);
   number(j, "", "cache_bytes", &m.cache_bytes, false);

@@ -29,6 +29,9 @@ struct Machine {
   // Cores that run ranks on a node (0: a processor per rank). More ranks than cores share them,
   // which stretches every rank's copies and reductions (this machine's oversubscribed tests).
   int cores_per_node = 0;
+  // What a synchronisation costs per rank beyond the cores (us): with more ranks than cores a
+  // rank waits to be scheduled at every step that needs its peers (a context switch each).
+  double switch_us = 0;
   // The coordinator's work per tensor request of one rank (decode, match, validate): the
   // control plane without the response cache costs ranks x tensors x this per step.
   double coordinator_us_per_request = 0;

@@ -45,6 +45,13 @@ StepResult simulate_step(const Machine& m, const Workload& w, int gpus, const Si
   std::vector<Gradient> g = w.gradients;
   std::stable_sort(g.begin(), g.end(),
                    [](const Gradient& a, const Gradient& b) { return a.ready_s < b.ready_s; });
+  if (gpus == 1) {
+    // One GPU has nothing to agree on or reduce: the engine passes tensors straight through.
+    r.step_s = w.compute_s;
+    r.throughput = w.images_per_step / r.step_s;
+    r.efficiency = 1.0;
+    return r;
+  }
   const double cycle = s.cycle_time_ms * 1e-3;
   size_t next = 0;    // first gradient not yet negotiated
   double engine = 0;  // when the engine thread is free for its next cycle
