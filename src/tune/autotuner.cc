@@ -65,15 +65,55 @@ Autotuner::Autotuner(const SearchSpace& space, const Fixed& fixed, const Config&
 int Autotuner::planned_steps() const {
   const int per_trial = 1 + o_.samples * o_.steps_per_sample;
   // The Bayesian phase's size depends on the discrete winner's dimensions; count the most.
-  return o_.warmup_steps + per_trial * (static_cast<int>(discrete_.size()) + o_.bayes_trials);
+  return o_.warmup_steps +
+         per_trial * (static_cast<int>(discrete_.size()) + o_.bayes_trials + o_.finalists + 1);
 }
 
-const Trial& Autotuner::best() const {
+Trial Autotuner::best_of_phase() const {
   const Trial* b = &start_trial_;
   for (const Trial& t : trials_) {
     if (b == &start_trial_ || t.score > b->score) b = &t;
   }
   return *b;
+}
+
+Trial Autotuner::best() const {
+  if (trials_.empty()) return start_trial_;
+  // After the confirmation only the finalists compete, each by the worse of its two trials: one
+  // lucky trial cannot carry a configuration, and each was measured as often as the others.
+  bool confirmed = false;
+  for (const Trial& t : trials_) confirmed = confirmed || t.phase == "confirm";
+  Trial b;
+  bool have = false;
+  for (const Trial& t : trials_) {
+    if (confirmed && t.phase != "confirm") continue;
+    Trial all;
+    all.config = t.config;
+    all.phase = "all trials";
+    all.first_step = t.first_step;
+    all.score = t.score;
+    for (const Trial& u : trials_) {
+      if (u.config != t.config) continue;
+      all.samples.insert(all.samples.end(), u.samples.begin(), u.samples.end());
+      all.score = std::min(all.score, u.score);
+    }
+    if (!have || all.score > b.score) {
+      b = all;
+      have = true;
+    }
+  }
+  return b;
+}
+
+double Autotuner::start_score() const {
+  double score = 0;
+  bool have = false;
+  for (const Trial& t : trials_) {
+    if (t.config != start_trial_.config) continue;
+    score = have ? std::min(score, t.score) : t.score;
+    have = true;
+  }
+  return score;
 }
 
 std::optional<Config> Autotuner::start(const Config& c, const char* phase) {
@@ -99,6 +139,7 @@ std::optional<Config> Autotuner::after_step(double bytes, double seconds) {
       return start(discrete_[next_discrete_++], "discrete");
     case Phase::kDiscrete:
     case Phase::kBayes:
+    case Phase::kConfirm:
       break;
   }
   ++trial_step_;
@@ -118,12 +159,30 @@ std::optional<Config> Autotuner::finish_trial() {
   if (phase_ == Phase::kDiscrete) {
     if (next_discrete_ < discrete_.size()) return start(discrete_[next_discrete_++], "discrete");
     phase_ = Phase::kBayes;
-    dims_ = continuous_dims(space_, fixed_, best().config.algorithm);
-  } else {
+    dims_ = continuous_dims(space_, fixed_, best_of_phase().config.algorithm);
+  } else if (phase_ == Phase::kBayes) {
     ++bayes_done_;
   }
-  if (phase_ == Phase::kBayes && bayes_done_ < o_.bayes_trials && !dims_.empty()) {
-    return start(propose(), "bayes");
+  if (phase_ == Phase::kBayes) {
+    if (bayes_done_ < o_.bayes_trials && !dims_.empty()) return start(propose(), "bayes");
+    phase_ = Phase::kConfirm;
+    // The finalists: the best distinct configurations by their single trial, and the start.
+    std::vector<Trial> ranked = trials_;
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const Trial& a, const Trial& b) { return a.score > b.score; });
+    for (const Trial& t : ranked) {
+      if (static_cast<int>(confirm_.size()) >= o_.finalists) break;
+      if (std::find(confirm_.begin(), confirm_.end(), t.config) == confirm_.end()) {
+        confirm_.push_back(t.config);
+      }
+    }
+    if (o_.finalists > 0 &&
+        std::find(confirm_.begin(), confirm_.end(), start_trial_.config) == confirm_.end()) {
+      confirm_.push_back(start_trial_.config);
+    }
+  }
+  if (phase_ == Phase::kConfirm && next_confirm_ < confirm_.size()) {
+    return start(confirm_[next_confirm_++], "confirm");
   }
   phase_ = Phase::kDone;
   const Config winner = best().config;
@@ -135,7 +194,7 @@ std::optional<Config> Autotuner::finish_trial() {
 Config Autotuner::propose() {
   // Observations: the trials of the discrete winner's algorithm and cache (the continuous knobs
   // vary only among these), in the unit cube.
-  const Config base = best().config;
+  const Config base = best_of_phase().config;
   std::vector<std::vector<double>> xs;
   std::vector<double> ys;
   std::vector<Config> seen;

@@ -1,10 +1,14 @@
 // The autotuner's search, as a pure state machine fed one training step at a time: warm-up at
 // the starting settings, then every discrete choice (algorithm x cache) exhaustively at the
 // starting continuous values, then Bayesian optimisation (Gaussian process, expected
-// improvement) over the continuous knobs of the best discrete choice, then the best
-// configuration seen. Each configuration is scored by the median of several samples of bytes
-// allreduced per second, after one settling step that is not scored (the first step after a
-// switch pays for it: the cache refills, the fusion buffer grows).
+// improvement) over the continuous knobs of the best discrete choice, then a confirmation: the
+// few best configurations and the starting one measured once more, and the finalist whose worse
+// trial scores highest wins. On a noisy machine the best
+// of 24 scores is partly luck; measuring the finalists again, beside the start, keeps a lucky
+// sample from deciding and keeps the start's slow first steps from flattering the gain. Each
+// configuration is scored by the median of several samples of bytes allreduced per second, after
+// one settling step that is not scored (the first step after a switch pays for it: the cache
+// refills, the fusion buffer grows).
 //
 // Every rank runs its own Autotuner on the same inputs (the step driver agrees them first), so
 // all of them switch at the same step to the same configuration without any message of their
@@ -28,6 +32,7 @@ struct TunerOptions {
   int steps_per_sample = 3;
   int samples = 3;
   int bayes_trials = 10;
+  int finalists = 3;  // configurations measured again (besides the start) before choosing
   uint32_t seed = 1;
   static TunerOptions from_knobs(const Knobs& k);
 };
@@ -53,8 +58,12 @@ class Autotuner {
 
   bool done() const { return phase_ == Phase::kDone; }
   const Config& current() const { return current_; }
-  // The best trial so far (the starting configuration's until a trial completes).
-  const Trial& best() const;
+  // The best configuration so far, with all its samples and, as its score, the worse of its
+  // trials' scores; after the confirmation, the best finalist (the starting configuration,
+  // unmeasured, until a trial completes).
+  Trial best() const;
+  // The starting configuration's score, the worse of its trials (0 before it is measured).
+  double start_score() const;
   // Completed trials in order; trials()[i] completed at the step after_step returned it.
   const std::vector<Trial>& trials() const { return trials_; }
   // How many steps the whole search takes (warm-up included), fixed at construction.
@@ -62,7 +71,7 @@ class Autotuner {
   int steps_seen() const { return step_; }
 
  private:
-  enum class Phase { kWarmup, kDiscrete, kBayes, kDone };
+  enum class Phase { kWarmup, kDiscrete, kBayes, kConfirm, kDone };
   std::optional<Config> finish_trial();
   std::optional<Config> start(const Config& c, const char* phase);
   Config propose();
@@ -77,6 +86,9 @@ class Autotuner {
   size_t next_discrete_ = 0;
   std::vector<Dim> dims_;  // continuous dimensions of the Bayesian phase
   int bayes_done_ = 0;
+  std::vector<Config> confirm_;  // the confirmation's queue
+  size_t next_confirm_ = 0;
+  Trial best_of_phase() const;  // the best single trial (the search phases' measure)
   // The trial being measured.
   Trial trial_;
   int trial_step_ = 0;  // steps since the switch

@@ -80,9 +80,11 @@ TEST_F(TuneTest, EveryRankSwitchesTogetherAndTheBestIsWrittenDown) {
         agreed(*world_, static_cast<double>(std::hash<std::string>{}(now.allreduce) >> 12)));
   }
   ASSERT_TRUE(tuner.done()) << "not done after " << steps << " steps";
-  // 4 algorithms x cache on/off = 8 discrete trials, then 3 Bayesian ones; 1 + 11 x 3 steps.
-  EXPECT_EQ(tuner.tuner().trials().size(), 11u);
-  EXPECT_EQ(steps, 1 + 11 * 3);
+  // 4 algorithms x cache on/off = 8 discrete trials, 3 Bayesian ones, then 3 finalists and the
+  // start unless it is one of them: 1 + trials x 3 steps.
+  const size_t trials = tuner.tuner().trials().size();
+  EXPECT_TRUE(trials == 14u || trials == 15u) << trials;
+  EXPECT_EQ(steps, 1 + static_cast<int>(trials) * 3);
   EXPECT_GE(seen.size(), 8u);  // it really switched
   const Config best = tuner.tuner().best().config;
   EXPECT_EQ(engine.tunables(), to_tunables(best, Fixed{}, k));
@@ -97,7 +99,7 @@ TEST_F(TuneTest, EveryRankSwitchesTogetherAndTheBestIsWrittenDown) {
       if (j.contains("done")) done_line = true;
       if (!j.contains("done")) EXPECT_EQ(j.at("samples_bytes_per_s").size(), 2u);
     }
-    EXPECT_EQ(lines, 12);
+    EXPECT_EQ(lines, static_cast<int>(trials) + 1);
     EXPECT_TRUE(done_line);
     // The config file's knobs parse, and describe the best configuration.
     const KnobValues kv = read_config(k.autotune_config);
