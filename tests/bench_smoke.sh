@@ -93,4 +93,40 @@ check "train --spatial: image larger than the slides" 2 "smaller than --image-si
 out=$(run train --model resnet18 --spatial 1x2 --data "$work/slides" --image-size 96 --batch-size 1 \
   --steps 1 2>&1); rc=$?
 check "train --spatial: tiles that do not divide" 2 "image sizes that work: 64 or 128" "$out" $rc
+# Tuning and the simulator from the command line (issue 7).
+out=$(TESSERA_AUTOTUNE_WARMUP_STEPS=1 TESSERA_AUTOTUNE_STEPS_PER_SAMPLE=1 TESSERA_AUTOTUNE_SAMPLES=1 \
+  TESSERA_AUTOTUNE_BAYES_TRIALS=2 TESSERA_FUSION_THRESHOLD=1M \
+  run tune --log "$work/tune.jsonl" --output "$work/tuned.json" --bounds "algorithm=auto,ring" \
+  -- bench train --model resnet18 --image-size 32 --batch-size 2 --warmup 0 --iters 4 \
+  --batches-per-iter 10 2>&1); rc=$?
+check "tune -- bench train" 0 "autotune: algorithm=" "$out" $rc
+grep -q '"done":true' "$work/tune.jsonl" || { echo "FAIL tune: no final log line"; fail=1; }
+grep -q '"TESSERA_CYCLE_TIME"' "$work/tuned.json" || { echo "FAIL tune: no config"; fail=1; }
+# The fusion threshold was set explicitly: the tuner left it out of the config.
+if grep -q TESSERA_FUSION_THRESHOLD "$work/tuned.json"; then echo "FAIL tune: touched an explicit knob"; fail=1; fi
+out=$(run bench train --config "$work/tuned.json" --model resnet18 --image-size 32 --batch-size 2 \
+  --warmup 0 --iters 1 --batches-per-iter 1 2>&1); rc=$?
+check "bench train --config" 0 "Total img/sec" "$out" $rc
+echo '{"knobs": {"TESSERA_FUSION": "1M"}}' > "$work/bad_config.json"
+out=$(run train --config "$work/bad_config.json" --steps 1 2>&1); rc=$?
+check "train --config: unknown knob" 2 "knobs.TESSERA_FUSION is not a tessera knob" "$out" $rc
+out=$(run tune --bounds "cycle_time_ms=5-1" -- bench train --model resnet18 --image-size 32 \
+  --batch-size 2 --iters 1 2>&1); rc=$?
+check "tune: bounds that exclude every value" 2 "field 'cycle_time_ms'" "$out" $rc
+out=$("$tessera" tune --log x 2>&1); rc=$?
+check "tune without a training run" 2 "give the training run after --" "$out" $rc
+out=$("$tessera" simulate --preset summit --model deeplabv3plus --gpus 6,132 --json "$work/sim.json" \
+  --svg "$work/sim.svg" 2>&1); rc=$?
+check "simulate summit deeplabv3plus" 0 "deeplabv3plus_resnet50: 2 img per GPU at 6.7 img/s" "$out" $rc
+python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['points']; assert [x['gpus'] for x in p]==[6,132] and all(0<x['efficiency']<=1 for x in p)" \
+  "$work/sim.json" || { echo "FAIL simulate: JSON points"; fail=1; }
+grep -q "<polyline" "$work/sim.svg" || { echo "FAIL simulate: no SVG lines"; fail=1; }
+out=$("$tessera" simulate --preset mars 2>&1); rc=$?
+check "simulate: unknown preset" 2 "unknown machine preset 'mars'; accepted: summit, local" "$out" $rc
+echo '{"nodes": 2, "ranks_per_node": 4, "intra": {"latency_us": 1, "gbps": -5},
+       "inter": {"latency_us": 2, "gbps": 10}, "reduce_gbps": 20}' > "$work/machine.json"
+out=$("$tessera" simulate --machine "$work/machine.json" 2>&1); rc=$?
+check "simulate: negative value" 2 "field 'intra.gbps'" "$out" $rc
+out=$("$tessera" simulate --preset summit --gpus 30000 2>&1); rc=$?
+check "simulate: more GPUs than the machine" 2 "exceeds machine 'summit'" "$out" $rc
 exit $fail
