@@ -3,19 +3,10 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/stats.h"
 
 namespace tessera {
 namespace tune {
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
-
 TunerOptions TunerOptions::from_knobs(const Knobs& k) {
   TunerOptions o;
   o.warmup_steps = k.autotune_warmup_steps;
