@@ -129,4 +129,9 @@ out=$("$tessera" simulate --machine "$work/machine.json" 2>&1); rc=$?
 check "simulate: negative value" 2 "field 'intra.gbps'" "$out" $rc
 out=$("$tessera" simulate --preset summit --gpus 30000 2>&1); rc=$?
 check "simulate: more GPUs than the machine" 2 "exceeds machine 'summit'" "$out" $rc
+# A workload from a real run's timeline: ResNet-18's 62 gradients as the trainer enqueued them.
+out=$(run train --model resnet18 --image-size 32 --batch-size 2 --steps 3 --timeline "$work/train_tl.json" 2>&1); rc=$?
+check "train --timeline" 0 "done: 3 steps" "$out" $rc
+out=$("$tessera" simulate --preset summit --timeline "$work/train_tl.json" --batch-size 2 --gpus 6,60 2>&1); rc=$?
+check "simulate --timeline" 0 "62 gradients, [0-9.]* MB; the timeline.s last complete step" "$out" $rc
 exit $fail

@@ -14,6 +14,7 @@
 #include "tune/machine.h"
 #include "tune/simulator.h"
 #include "tune/svg_plot.h"
+#include "tune/timeline_workload.h"
 
 namespace tessera {
 namespace app {
@@ -167,6 +168,9 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& o) {
                 "--preset local: the table of `tessera bench allreduce --calibrate`");
   c->add_option("--model", o.model, "resnet50, resnet18, deeplabv3plus, deeplabv3plus_resnet18")
       ->capture_default_str();
+  c->add_option("--timeline", o.timeline,
+                "workload from this TESSERA_TIMELINE of `tessera train` (compute time, each "
+                "gradient's size and ready time) instead of --model; give --batch-size");
   c->add_option("--gpus", o.gpus, "GPU counts, comma-separated")->capture_default_str();
   c->add_option("--batch-size", o.batch_size, "images per GPU per step (0: the model's default)");
   c->add_option("--img-per-s", o.images_per_s,
@@ -196,13 +200,31 @@ int run_simulate(const SimulateOptions& o) {
                   m.ranks_per_node, " GPUs)");
   }
   if (!o.allreduce_sizes.empty() || o.engine_bench) return run_validation(o, m, gpus);
-  const ModelDefaults d = defaults_for(o.model);
-  const double batch = o.batch_size > 0 ? o.batch_size : d.batch;
-  const double rate = o.images_per_s > 0 ? o.images_per_s : d.images_per_s;
   TESSERA_CHECK(o.batch_size >= 0 && o.images_per_s >= 0,
                 "--batch-size and --img-per-s must be >= 0 (0: the model's default)");
-  const std::vector<double> bytes = gradient_bytes(d.registry_name);
-  const tune::Workload w = tune::workload_from_sizes(d.registry_name, bytes, batch / rate, batch);
+  tune::Workload w;
+  std::vector<double> bytes;
+  double batch = 0, rate = 0;
+  std::string what;
+  if (!o.timeline.empty()) {
+    TESSERA_CHECK(o.batch_size > 0,
+                  "--timeline needs --batch-size: the recorded run's images per "
+                  "rank per step");
+    const std::vector<char> text = read_file(o.timeline);
+    w = tune::workload_from_timeline(std::string(text.begin(), text.end()), o.timeline,
+                                     o.batch_size);
+    for (const tune::Gradient& g : w.gradients) bytes.push_back(g.bytes);
+    batch = o.batch_size;
+    rate = batch / w.compute_s;
+    what = "the timeline's last complete step, gradients ready as recorded";
+  } else {
+    const ModelDefaults d = defaults_for(o.model);
+    batch = o.batch_size > 0 ? o.batch_size : d.batch;
+    rate = o.images_per_s > 0 ? o.images_per_s : d.images_per_s;
+    bytes = gradient_bytes(d.registry_name);
+    w = tune::workload_from_sizes(d.registry_name, bytes, batch / rate, batch);
+    what = "ready evenly over backward (2/3 of compute)";
+  }
   double total = 0;
   for (double b : bytes) total += b;
   tune::SimSettings s;
@@ -218,8 +240,8 @@ int run_simulate(const SimulateOptions& o) {
       m.compute_jitter);
   std::printf(
       "# workload %s: %.0f img per GPU at %.1f img/s = %.1f ms compute; %zu gradients, %.1f MB; "
-      "ready evenly over backward (2/3 of compute)\n",
-      d.registry_name.c_str(), batch, rate, w.compute_s * 1e3, bytes.size(), total / 1e6);
+      "%s\n",
+      w.name.c_str(), batch, rate, w.compute_s * 1e3, bytes.size(), total / 1e6, what.c_str());
   std::printf("# engine: %s, fusion %s, cycle %.2f ms\n", o.algorithm.c_str(),
               o.fusion_threshold.c_str(), o.cycle_time_ms);
   std::printf("%7s %6s %9s %10s %9s %9s %9s %9s %8s |", "gpus", "eff", "step_ms", "img/s",
@@ -228,7 +250,7 @@ int run_simulate(const SimulateOptions& o) {
   std::printf("\n");
   nlohmann::json out = {{"machine", machine_json(m)},
                         {"workload",
-                         {{"model", d.registry_name},
+                         {{"model", w.name},
                           {"batch_per_gpu", batch},
                           {"images_per_s_per_gpu", rate},
                           {"compute_s", w.compute_s},
@@ -303,8 +325,8 @@ int run_simulate(const SimulateOptions& o) {
   }
   if (!o.json.empty()) write_text(o.json, out.dump(1) + "\n");
   if (!o.svg.empty()) {
-    write_text(o.svg, tune::efficiency_plot_svg(
-                          d.registry_name + " on " + m.name + " (weak scaling)", series));
+    write_text(o.svg,
+               tune::efficiency_plot_svg(w.name + " on " + m.name + " (weak scaling)", series));
   }
   return 0;
 }

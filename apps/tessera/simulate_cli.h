@@ -13,6 +13,7 @@ struct SimulateOptions {
   std::string machine_file;  // JSON, instead of the preset
   std::string cost_table;    // for --preset local (TESSERA_COST_TABLE's format)
   std::string model = "resnet50";
+  std::string timeline;  // a TESSERA_TIMELINE of `tessera train`: the workload instead of --model
   std::string gpus = "1,6,12,24,48,96,132";
   double batch_size = 0;    // per GPU; 0: the model's default
   double images_per_s = 0;  // per GPU, the compute rate; 0: the model's default

@@ -147,7 +147,8 @@ bool Engine::Impl::cycle() {
     TESSERA_ASSERT(p != nullptr, "cache bit ", b, " passed the vote without a request here");
     cache.touch(static_cast<int>(b));
     if (timeline.active()) {  // no string work per tensor unless someone traces
-      p->negotiate_args = "{\"path\":\"cache\",\"bit\":" + std::to_string(b) + "}";
+      p->negotiate_args = "{\"path\":\"cache\",\"bit\":" + std::to_string(b) +
+                          ",\"bytes\":" + std::to_string(p->req.spec.bytes()) + "}";
     }
     ready.push_back({p, ""});
     ++hits;
@@ -218,7 +219,9 @@ bool Engine::Impl::cycle() {
         for (uint64_t c : d.cycle_by_rank) {
           cycles += (cycles.empty() ? "" : ",") + std::to_string(c);
         }
-        p.negotiate_args = "{\"path\":\"coordinator\",\"ready_cycle_by_rank\":[" + cycles + "]}";
+        p.negotiate_args =
+            "{\"path\":\"coordinator\",\"bytes\":" + std::to_string(p.req.spec.bytes()) +
+            ",\"ready_cycle_by_rank\":[" + cycles + "]}";
       }
       ready.push_back({&p, d.error});
     }

@@ -293,8 +293,10 @@ TrainResult run_training(const TrainOptions& o) {
     metrics.open(o.metrics, o.resume.empty() ? std::ios::trunc : std::ios::app);
     TESSERA_CHECK(metrics.good(), "--metrics: cannot write '", o.metrics, "'");
   }
-  const bool tracing = dist && root && !o.timeline.empty();
-  if (tracing) global_engine().start_timeline(o.timeline);
+  // --timeline starts the engine's trace here; TESSERA_TIMELINE started it at init. Either way
+  // the trainer's own spans go in beside the collectives.
+  const bool tracing = dist && root && (!o.timeline.empty() || !knobs().timeline.empty());
+  if (dist && root && !o.timeline.empty()) global_engine().start_timeline(o.timeline);
 
   auto save = [&](int64_t steps_done) {
     if (o.checkpoint.empty()) return;
@@ -448,7 +450,7 @@ TrainResult run_training(const TrainOptions& o) {
   }
   const Evaluation final_eval = run_eval(end);
   save(end);
-  if (tracing) global_engine().stop_timeline();
+  if (dist && root && !o.timeline.empty()) global_engine().stop_timeline();
   result.steps = end;
   result.metric = final_eval.metric;
   result.metric_name = metric_name;

@@ -12,6 +12,7 @@
 #include "tune/machine.h"
 #include "tune/simulator.h"
 #include "tune/svg_plot.h"
+#include "tune/timeline_workload.h"
 
 namespace tessera {
 namespace tune {
@@ -244,6 +245,73 @@ TEST(SvgPlot, OneLinePerSeriesWithItsLabel) {
   EXPECT_EQ(lines, 2u);
   EXPECT_NE(svg.find(">ring<"), std::string::npos);
   EXPECT_NE(svg.find("t &lt;&amp;&gt;"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tune
+}  // namespace tessera
+
+namespace tessera {
+namespace tune {
+namespace {
+
+// A timeline as the engine and the trainer write it: two steps, gradients enqueued during each
+// backward (with their bytes), and a broadcast outside backward that is not a gradient.
+std::string two_step_timeline() {
+  return R"([
+ {"ph":"M","name":"thread_name","pid":0,"tid":1,"args":{"name":"train"}},
+ {"ph":"M","name":"thread_name","pid":0,"tid":2,"args":{"name":"grad.fc.weight"}},
+ {"ph":"M","name":"thread_name","pid":0,"tid":3,"args":{"name":"grad.conv1.weight"}},
+ {"ph":"M","name":"thread_name","pid":0,"tid":4,"args":{"name":"metrics"}},
+ {"ph":"X","name":"FORWARD","pid":0,"tid":1,"ts":1000,"dur":3000,"args":{}},
+ {"ph":"X","name":"BACKWARD","pid":0,"tid":1,"ts":4000,"dur":6000,"args":{}},
+ {"ph":"X","name":"NEGOTIATE","pid":0,"tid":2,"ts":5000,"dur":10,"args":{"path":"coordinator","bytes":4000}},
+ {"ph":"X","name":"NEGOTIATE","pid":0,"tid":3,"ts":9000,"dur":10,"args":{"path":"coordinator","bytes":800}},
+ {"ph":"X","name":"OPTIMIZER_STEP","pid":0,"tid":1,"ts":10500,"dur":500,"args":{}},
+ {"ph":"X","name":"FORWARD","pid":0,"tid":1,"ts":20000,"dur":2000,"args":{}},
+ {"ph":"X","name":"BACKWARD","pid":0,"tid":1,"ts":22000,"dur":4000,"args":{}},
+ {"ph":"X","name":"NEGOTIATE","pid":0,"tid":2,"ts":23000,"dur":10,"args":{"path":"cache","bit":0,"bytes":4000}},
+ {"ph":"X","name":"NEGOTIATE","pid":0,"tid":3,"ts":25500,"dur":10,"args":{"path":"cache","bit":1,"bytes":800}},
+ {"ph":"X","name":"ALLREDUCE","pid":0,"tid":3,"ts":25600,"dur":100,"args":{"bytes":800}},
+ {"ph":"X","name":"OPTIMIZER_STEP","pid":0,"tid":1,"ts":26200,"dur":800,"args":{}},
+ {"ph":"X","name":"NEGOTIATE","pid":0,"tid":4,"ts":27500,"dur":10,"args":{"path":"coordinator","bytes":8}}
+])";
+}
+
+TEST(TimelineWorkload, TheLastCompleteStepsComputeSizesAndReadyTimes) {
+  const Workload w = workload_from_timeline(two_step_timeline(), "t.json", 16);
+  // Step 2: forward at 20,000 us, backward ends at 26,000, the update takes 800 us.
+  EXPECT_NEAR(w.compute_s, (26000 - 20000 + 800) * 1e-6, 1e-12);
+  EXPECT_EQ(w.images_per_step, 16);
+  ASSERT_EQ(w.gradients.size(), 2u);
+  EXPECT_EQ(w.gradients[0].name, "grad.fc.weight");
+  EXPECT_EQ(w.gradients[0].bytes, 4000);
+  EXPECT_NEAR(w.gradients[0].ready_s, 3000e-6, 1e-12);
+  EXPECT_EQ(w.gradients[1].name, "grad.conv1.weight");
+  EXPECT_NEAR(w.gradients[1].ready_s, 5500e-6, 1e-12);
+  // One GPU: exactly the recorded compute.
+  SimSettings s;
+  EXPECT_NEAR(simulate_step(two_level(), w, 1, s).step_s, w.compute_s, 1e-15);
+}
+
+TEST(TimelineWorkload, WhatIsMissingIsNamed) {
+  auto what = [](const std::string& text) {
+    try {
+      workload_from_timeline(text, "t.json", 4);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(what("[").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(what("{}").find("not a JSON array"), std::string::npos);
+  EXPECT_NE(what("[]").find("no FORWARD and BACKWARD spans"), std::string::npos);
+  EXPECT_NE(what(R"([{"ph":"M","name":"thread_name","tid":1,"args":{"name":"train"}},
+                     {"ph":"X","name":"FORWARD","tid":1,"ts":0,"dur":1,"args":{}},
+                     {"ph":"X","name":"BACKWARD","tid":1,"ts":1,"dur":1,"args":{}}])")
+                .find("no gradient was enqueued"),
+            std::string::npos);
+  EXPECT_THROW(workload_from_timeline(two_step_timeline(), "t.json", 0), InvalidArgument);
 }
 
 }  // namespace
