@@ -399,13 +399,11 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
       o.op = average ? ReduceOp::kSum : lead.reduce_op;
       o.colors = opt.colors;
       o.segment_bytes = opt.segment_bytes;
-      size_t batch_bytes = 0;
-      for (Pending* p : items) batch_bytes += p->req.spec.bytes();
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        stats.allreduce_bytes += batch_bytes;
+      if (!override_ranges.empty()) {
+        size_t batch_bytes = 0;
+        for (Pending* p : items) batch_bytes += p->req.spec.bytes();
+        o.algorithm = algorithm_for(batch_bytes);
       }
-      if (!override_ranges.empty()) o.algorithm = algorithm_for(batch_bytes);
       if (items.size() == 1) {
         Request& r = items.front()->req;
         const size_t count = r.spec.elements();
@@ -507,6 +505,10 @@ void Engine::Impl::complete(const std::vector<Pending*>& items, std::exception_p
     for (Pending* p : items) {
       names_in_flight.erase(p->req.spec.name);
       ++stats.tensors_done;
+      // The autotuner's score; counted under the lock complete() takes anyway.
+      if (e == nullptr && p->req.spec.op == OpType::kAllreduce) {
+        stats.allreduce_bytes += p->req.spec.bytes();
+      }
     }
   }
   for (Pending* p : items) {
