@@ -1,11 +1,18 @@
 // Pure parts of the trainer: schedules, metrics, the sampler, the synthetic data, checkpoints,
 // the optimizer's group plan, the memory policy's names.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -184,6 +191,23 @@ TEST(Checkpoint, RoundTripRestoresModelOptimizerAndRng) {
   meta.step = 17;
   const std::string bytes = train::encode_checkpoint(m.module(), sgd, meta);
   const torch::Tensor next = torch::randn({4});  // what the RNG gives after the checkpoint
+  {
+    // The same state gives the same bytes, whatever the tensors' addresses: a copy of the
+    // model and optimizer (new TensorImpls) encodes identically.
+    models::Model copy = models::make_model(spec);
+    torch::optim::SGD sgd_copy(copy.module().parameters(),
+                               torch::optim::SGDOptions(0.1).momentum(0.9));
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    torch::Tensor rng_now;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      rng_now = gen.get_state();
+    }
+    train::restore_checkpoint(bytes, "mem", meta, copy.module(), sgd_copy);
+    EXPECT_TRUE(train::encode_checkpoint(copy.module(), sgd_copy, meta) == bytes);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng_now);
+  }
 
   torch::manual_seed(999);
   models::Model m2 = models::make_model(spec);
@@ -213,6 +237,69 @@ TEST(Checkpoint, RoundTripRestoresModelOptimizerAndRng) {
   train::CheckpointMeta other = meta;
   other.model = "resnet50";
   EXPECT_THROW(train::restore_checkpoint(bytes, "x.pt", other, m2.module(), sgd2), InvalidArgument);
+}
+
+// A process killed (SIGKILL) at random moments while it writes checkpoints over and over: the
+// file at the path is always a whole checkpoint, the last one written or the one before.
+TEST(Checkpoint, AKillDuringAWriteLeavesThePreviousCheckpointLoadable) {
+  const std::string dir = ::testing::TempDir() + "/tessera_kill_write";
+  std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+  const std::string path = dir + "/ck.pt";
+  models::ModelSpec spec;
+  spec.name = "resnet18";
+  spec.num_classes = 3;
+  models::Model m = models::make_model(spec);
+  torch::optim::SGD sgd(m.module().parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  train::CheckpointMeta meta;
+  meta.model = "resnet18";
+  meta.num_classes = 3;
+  meta.step = 0;
+  train::write_checkpoint(path, m.module(), sgd, meta);
+  // How long one write takes here, so the kills land across whole writes.
+  const auto t0 = std::chrono::steady_clock::now();
+  meta.step = 1;
+  train::write_checkpoint(path, m.module(), sgd, meta);
+  const double write_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::mt19937 rng(5);
+  int mid_write = 0;
+  int64_t last_step = 1;
+  const int kTrials = 12;
+  for (int t = 0; t < kTrials; ++t) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      // Steps last_step+1, +2, ...: each checkpoint says which write it was.
+      for (int64_t step = last_step + 1;; ++step) {
+        meta.step = step;
+        train::write_checkpoint(path, m.module(), sgd, meta);
+      }
+    }
+    std::uniform_real_distribution<double> when(0.5 * write_s, 3.5 * write_s);
+    std::this_thread::sleep_for(std::chrono::duration<double>(when(rng)));
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status));
+    const std::string tmp = path + ".tmp." + std::to_string(child);
+    if (std::ifstream(tmp).good()) {
+      ++mid_write;
+      std::remove(tmp.c_str());
+    }
+    models::Model back = models::make_model(spec);
+    torch::optim::SGD sgd_back(back.module().parameters(), torch::optim::SGDOptions(0.1));
+    const std::vector<char> bytes = read_file(path);
+    train::CheckpointMeta got;
+    ASSERT_NO_THROW(got = train::restore_checkpoint(std::string(bytes.begin(), bytes.end()), path,
+                                                    meta, back.module(), sgd_back))
+        << "trial " << t;
+    EXPECT_GE(got.step, last_step) << "a checkpoint went backwards";
+    last_step = got.step;
+  }
+  // Most kills land inside a write (the temporary file is left); one at least must have.
+  EXPECT_GE(mid_write, 1) << "no kill landed inside a write";
+  std::printf("%d of %d kills landed inside a write; the checkpoint loaded after every one\n",
+              mid_write, kTrials);
 }
 
 TEST(AtomicFile, ReplacesWholeOrNotAtAll) {
