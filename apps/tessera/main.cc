@@ -157,6 +157,7 @@ int run(int argc, char** argv) {
     }
   }
   int rc = 0;
+  std::string error;
   const bool uses_torch =
       train_cmd->parsed() || export_cmd->parsed() || make_dataset_cmd->parsed() ||
       (bench_cmd->parsed() && (bench.collective == "train" || bench.collective == "data" ||
@@ -229,19 +230,24 @@ int run(int argc, char** argv) {
       }
     }
   } catch (const tessera::Error& e) {
-    std::fprintf(stderr, "tessera: error: %s\n", e.what());
+    error = e.what();
     rc = 2;
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "tessera: error: %s\n", e.what_without_backtrace());
+    error = e.what_without_backtrace();
     rc = 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tessera: unexpected error: %s\n", e.what());
+    error = std::string("unexpected: ") + e.what();
     rc = 3;
   }
+  if (!error.empty()) {
+    std::fprintf(stderr, "tessera: error: %s\n", error.c_str());
+    std::fflush(stderr);
+  }
+  // With an error, the other ranks learn it (and end) instead of waiting on this one.
   if (uses_torch) {
-    tessera::shutdown();
+    tessera::shutdown(error);
   } else {
-    tessera::comm::finalize();
+    tessera::comm::finalize(error);
   }
   return rc;
 }

@@ -43,6 +43,10 @@ void init();
 // (MPI initialised by the application before init() is left to it).
 // Never throws; safe to call twice or without init().
 void shutdown();
+// The same after an error that ends this rank: the engine's pending work fails on every rank
+// with "shut down because rank R failed: <error>", and ranks that are not waiting on the engine
+// are told as well (comm/liveness.h), so no rank waits on this one.
+void shutdown(const std::string& error);
 bool is_initialized();
 int rank();
 int size();

@@ -9,6 +9,7 @@
 
 #include "comm/backoff.h"
 #include "comm/collectives.h"
+#include "comm/liveness.h"
 #include "comm/mpi_internal.h"
 #include "comm/selector.h"
 #include "comm/shm_arena.h"
@@ -122,10 +123,12 @@ void init(int* argc, char*** argv) {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     set_oversubscribed(cores > 0 && node_ranks > cores);
   }
+  start_liveness(knobs().heartbeat_timeout_s);
   TESSERA_LOG(kDebug, "reduction kernels: ", reduce_isa());
 }
 
-void finalize() {
+void finalize(const std::string& error) {
+  stop_liveness(error);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (g_we_initialised && !finalized) MPI_Finalize();

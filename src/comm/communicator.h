@@ -21,8 +21,10 @@ namespace comm {
 // Initialises MPI with MPI_THREAD_MULTIPLE (throws CommError if the library provides less),
 // reads the knob registry once and loads the reduction kernels. Safe to call twice.
 void init(int* argc, char*** argv);
-// Finalises MPI if init() initialised it. Never throws.
-void finalize();
+// Finalises MPI if init() initialised it. With `error` non-empty (this rank is leaving because
+// of it), every rank still running is told so and ends naming this rank and the error
+// (comm/liveness.h). Never throws.
+void finalize(const std::string& error = "");
 bool is_initialized();
 
 class ShmArena;

@@ -44,6 +44,9 @@ const std::vector<KnobInfo>& knob_table() {
        "log lines below this level are dropped"},
       {"TESSERA_TIMEOUT", "300", "seconds, a number > 0",
        "longest any blocking wait may take before it fails with TimeoutError"},
+      {"TESSERA_HEARTBEAT_TIMEOUT", "10", "seconds, a number >= 0 (0: no monitor)",
+       "a rank silent this long (no heartbeat on its ring neighbour) is taken for dead: every "
+       "rank ends naming it and what it had in flight"},
       {"TESSERA_RANKS_PER_NODE", "0", "an integer >= 0",
        "groups consecutive ranks into pretend nodes of this size so that hierarchical "
        "algorithms are testable on one machine; 0 uses the real node split"},
@@ -182,6 +185,7 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
     }
     *out = t;
   };
+  seconds_knob("TESSERA_HEARTBEAT_TIMEOUT", true, &k.heartbeat_timeout_s);
   seconds_knob("TESSERA_CYCLE_TIME", true, &k.cycle_time_ms);
   seconds_knob("TESSERA_IDLE_BACKOFF", true, &k.idle_backoff_ms);
   seconds_knob("TESSERA_STALL_CHECK_TIME", false, &k.stall_check_s);

@@ -19,6 +19,9 @@ struct Knobs {
   LogLevel log_level = LogLevel::kWarning;
   // Seconds any blocking wait in tessera may take before it throws TimeoutError.
   double timeout_s = 300.0;
+  // Seconds without a heartbeat after which a rank is taken for dead and every rank ends
+  // (comm/liveness.h); 0 turns the monitor off.
+  double heartbeat_timeout_s = 10.0;
   // Groups consecutive ranks into pretend nodes of this size (0: the real node split).
   int ranks_per_node = 0;
   // Allreduce algorithm override by size range, e.g. "dbtree:0-65536;ring:65537-max";

@@ -8,9 +8,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 
 #include "comm/collectives.h"
 #include "comm/communicator.h"
+#include "common/activity.h"
 #include "common/error.h"
 #include "engine/set_engine.h"
 
@@ -43,6 +45,36 @@ Engine::Engine(comm::Communicator& c, const EngineOptions& options)
     sets_[0]->timeline.start(options.timeline);
   }
   sets_[0]->start();
+  activity_id_ = activity::add_reporter([this] { return describe_in_flight(); });
+}
+
+std::string Engine::describe_in_flight() const {
+  // Called on the liveness thread while this rank ends: never wait long for a lock.
+  auto try_lock = [](std::mutex& m) {
+    for (int i = 0; i < 50; ++i) {
+      if (m.try_lock()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  };
+  if (!try_lock(sets_mu_)) return "engine: busy (its state could not be read)";
+  std::lock_guard<std::mutex> sets_lock(sets_mu_, std::adopt_lock);
+  std::vector<std::string> names;
+  size_t total = 0;
+  for (const auto& set : sets_) {
+    if (!set || !try_lock(set->mu)) continue;
+    std::lock_guard<std::mutex> lock(set->mu, std::adopt_lock);
+    total += set->names_in_flight.size();
+    for (const auto& kv : set->names_in_flight) {
+      if (names.size() < 6) names.push_back(kv.first);
+    }
+  }
+  if (total == 0) return "";
+  std::string out = "engine: " + std::to_string(total) +
+                    (total == 1 ? " collective" : " collectives") + " in flight (";
+  for (size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + names[i];
+  if (total > names.size()) out += ", ... " + std::to_string(total - names.size()) + " more";
+  return out + ")";
 }
 
 Engine::Impl& Engine::set_for(int id) const {
@@ -100,6 +132,7 @@ void Engine::trace(const std::string& row, const std::string& name,
 }
 
 Engine::~Engine() {
+  activity::remove_reporter(activity_id_);
   try {
     shutdown("the Engine was destroyed on rank " + std::to_string(rank()));
   } catch (...) {

@@ -175,6 +175,10 @@ class Engine {
   mutable std::mutex sets_mu_;
   std::vector<std::unique_ptr<Impl>> sets_;  // by id; nullptr where this rank is no member
   uint64_t tunables_calls_ = 0;              // names each set_tunables broadcast
+  int activity_id_ = -1;                     // the reporter of in-flight work (common/activity.h)
+
+  // "engine: 3 collectives in flight: a, b, c" without blocking ("" when none).
+  std::string describe_in_flight() const;
 };
 
 }  // namespace engine

@@ -54,16 +54,24 @@ void init() {
   detail::g_context = std::move(ctx);
 }
 
-void shutdown() {
+void shutdown() { shutdown(std::string()); }
+
+void shutdown(const std::string& error) {
   std::unique_ptr<detail::Context> ctx;
   {
     std::lock_guard<std::mutex> lock(detail::g_mu);
     ctx = std::move(detail::g_context);
   }
   if (ctx) ctx->tuner.reset();
+  if (ctx && !error.empty()) {
+    try {
+      ctx->engine->shutdown("rank " + std::to_string(ctx->world->rank()) + " failed: " + error);
+    } catch (...) {
+    }
+  }
   ctx.reset();  // the engine's destructor agrees on shutdown with the other ranks
   // MPI initialised by someone else (the application, a test main) stays theirs to finalise.
-  if (detail::g_owns_mpi) comm::finalize();
+  if (detail::g_owns_mpi) comm::finalize(error);
   detail::g_owns_mpi = false;
 }
 

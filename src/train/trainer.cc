@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/activity.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "data/sampler.h"
@@ -298,8 +299,14 @@ TrainResult run_training(const TrainOptions& o) {
   const bool tracing = dist && root && (!o.timeline.empty() || !knobs().timeline.empty());
   if (dist && root && !o.timeline.empty()) global_engine().start_timeline(o.timeline);
 
+  // What this rank is doing, for the line it prints if another rank dies (common/activity.h).
+  auto phase = [&](int64_t step, const char* what) {
+    activity::set_phase("step " + std::to_string(step + 1) + "/" + std::to_string(total) + ": " +
+                        what);
+  };
   auto save = [&](int64_t steps_done) {
     if (o.checkpoint.empty()) return;
+    phase(steps_done - 1, root ? "writing the checkpoint" : "rank 0 writes the checkpoint");
     meta.step = steps_done;
     meta.epoch = steps_done / per_epoch;
     if (root) write_checkpoint(o.checkpoint, net, sgd, meta);
@@ -308,6 +315,7 @@ TrainResult run_training(const TrainOptions& o) {
                                   : task == models::Task::kClassification ? "accuracy"
                                                                           : "miou";
   auto run_eval = [&](int64_t steps_done) {
+    phase(steps_done - 1, "evaluation");
     Evaluation e = spatial ? evaluate_slides(*resnet, *slides, *grid, dtype, num_classes)
                            : evaluate(model, *files, num_classes, dist);
     if (talk) {
@@ -349,6 +357,7 @@ TrainResult run_training(const TrainOptions& o) {
     for (auto& group : sgd.param_groups()) {
       static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
     }
+    phase(step, "waiting for its batch");
     data::Batch batch = input.batch(step, end);
     const torch::Tensor& target =
         task == models::Task::kClassification ? batch.labels : batch.masks;
@@ -359,9 +368,11 @@ TrainResult run_training(const TrainOptions& o) {
       torch::Tensor x = passes == 1 ? batch.images : batch.images.narrow(0, p * micro, micro);
       if (dtype != torch::kFloat) x = x.to(dtype);
       torch::Tensor y = passes == 1 ? target : target.narrow(0, p * micro, micro);
+      phase(step, "forward");
       torch::Tensor loss = torch::nn::functional::cross_entropy(
           forward(x), y, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255));
       const Clock::time_point t1 = Clock::now();
+      phase(step, "backward (gradients allreduced as they are ready)");
       (passes == 1 ? loss : loss / passes).backward();
       const Clock::time_point t2 = Clock::now();
       step_loss += loss.item<double>() / passes;
@@ -371,6 +382,7 @@ TrainResult run_training(const TrainOptions& o) {
       }
     }
     const Clock::time_point t3 = Clock::now();
+    phase(step, "optimizer step (waiting for the gradient allreduces)");
     if (dopt) {
       dopt->step();
     } else {
@@ -385,6 +397,7 @@ TrainResult run_training(const TrainOptions& o) {
     if (done % o.log_every == 0 || done == end) {
       torch::Tensor l =
           torch::tensor({interval_loss / static_cast<double>(interval_steps)}, torch::kFloat64);
+      phase(step, "averaging the loss for the progress line");
       if (dist) allreduce_(l, "train.loss", ReduceOp::kAverage);
       const double secs = seconds_between(interval_start, Clock::now());
       const double ips = static_cast<double>(interval_steps * global_batch) / secs;
@@ -424,6 +437,8 @@ TrainResult run_training(const TrainOptions& o) {
     if (o.eval_every > 0 && done % o.eval_every == 0 && done != end) run_eval(done);
     if (o.checkpoint_every > 0 && done % o.checkpoint_every == 0 && done != end) save(done);
   }
+  activity::set_phase("training done (" + std::to_string(end) +
+                      " steps): final evaluation and checkpoint");
   input.finish();
   result.data_wait_seconds = input.waited_seconds();
   if (spatial) {

@@ -97,7 +97,9 @@ TEST_F(TuneTest, EveryRankSwitchesTogetherAndTheBestIsWrittenDown) {
       const nlohmann::json j = nlohmann::json::parse(line);
       ++lines;
       if (j.contains("done")) done_line = true;
-      if (!j.contains("done")) EXPECT_EQ(j.at("samples_bytes_per_s").size(), 2u);
+      if (!j.contains("done")) {
+        EXPECT_EQ(j.at("samples_bytes_per_s").size(), 2u);
+      }
     }
     EXPECT_EQ(lines, static_cast<int>(trials) + 1);
     EXPECT_TRUE(done_line);
