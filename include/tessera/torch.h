@@ -138,6 +138,19 @@ void broadcast_parameters(torch::nn::Module& module, int root);
 // the same order. Collective.
 void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root);
 
+// ---- Agreement between ranks ----
+
+// Every rank passes its description of `what` (lines "key: value"); unless all are the same,
+// throws InvalidArgument on every rank naming the first key that differs and the ranks on each
+// side, e.g. "the ranks disagree on the model's parameters: 'fc.weight' is [10, 512] Float on
+// ranks 0, 1 but [3, 512] Float on ranks 2, 3". One 16-byte allreduce when they agree.
+// Collective over `process_set`.
+void verify_across_ranks(const std::string& what, const std::string& description,
+                         int process_set = 0);
+// "name: [shape] dtype" per parameter (only those that require gradients if `only_trainable`).
+std::string describe_parameters(const torch::OrderedDict<std::string, torch::Tensor>& named,
+                                bool only_trainable);
+
 // ---- DistributedOptimizer ----
 
 enum class Compression { kNone, kFloat16, kBFloat16 };
@@ -168,7 +181,12 @@ struct DistributedOptions {
 class DistributedOptimizer {
  public:
   // `named_parameters`: the parameters the wrapped optimizer updates, with names that are the
-  // same on every rank (module->named_parameters()).
+  // same on every rank (module->named_parameters()). Collective: the ranks' parameters (names,
+  // shapes, dtypes) are compared, and a difference is an error on every rank that names it.
+  //
+  // After set_step(i), that step also checks that every rank is at step i: an int64
+  // max-allreduce ("tessera.step.<prefix>") enqueued with the first gradient, so a rank that
+  // skipped or repeated a batch fails every rank's step() naming the ranks and their steps.
   DistributedOptimizer(torch::optim::Optimizer& optimizer,
                        const torch::OrderedDict<std::string, torch::Tensor>& named_parameters,
                        DistributedOptions options = {});
@@ -184,6 +202,11 @@ class DistributedOptimizer {
   void step();
   // The wrapped optimizer's zero_grad().
   void zero_grad();
+  // Announces the index of the coming step (its batch number) for the step check. Without it a
+  // rank that skipped a whole iteration (no backward, no step) is found only at the end, when
+  // the others wait on its last gradients (the engine's shutdown names them). Call before
+  // backward, on every rank, every step (tessera train does).
+  void set_step(int64_t step);
   torch::optim::Optimizer& optimizer() { return optimizer_; }
   const DistributedOptions& options() const { return options_; }
   // Parameter indices of each group (empty when options.groups == 0). Pure, for tests.

@@ -73,7 +73,7 @@ const std::vector<KnobInfo>& knob_table() {
        "entries of the engine's response cache; 0 turns it off"},
       {"TESSERA_STALL_CHECK_TIME", "60", "seconds, a number > 0",
        "a tensor waiting longer than this for other ranks is reported with the ranks it waits on"},
-      {"TESSERA_STALL_SHUTDOWN_TIME", "0", "seconds, a number >= 0 (0: never)",
+      {"TESSERA_STALL_SHUTDOWN_TIME", "300", "seconds, a number >= 0 (0: never)",
        "a stall longer than this fails every pending handle with the stall report"},
       {"TESSERA_TIMELINE", "(empty: none)", "a path to a JSON file",
        "Chrome/Perfetto trace of the engine: negotiation, queue, fusion copies, collectives"},

@@ -48,7 +48,7 @@ struct Knobs {
   // Seconds a tensor may wait for other ranks before the stall inspector names them.
   double stall_check_s = 60.0;
   // Seconds after which a stall fails every pending handle (0: never).
-  double stall_shutdown_s = 0.0;
+  double stall_shutdown_s = 300.0;
   // Chrome trace of the engine's activity (empty: none).
   std::string timeline;
 

@@ -56,7 +56,7 @@ struct EngineOptions {
   size_t fusion_threshold = size_t{128} << 20;
   size_t cache_capacity = 1024;
   double stall_check_s = 60.0;
-  double stall_shutdown_s = 0.0;  // 0: never
+  double stall_shutdown_s = 300.0;  // 0: never
   std::string timeline;
   // What Tunables adds to the knobs above (empty / 0: the knobs').
   std::string allreduce;

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "comm/collectives.h"
+#include "common/agreement.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/reduce.h"
@@ -243,6 +244,16 @@ bool Engine::Impl::cycle() {
     for (const auto& rr : reasons) {
       why += (why.empty() ? "" : "; ") + rr.second + " (rank " + std::to_string(rr.first) + ")";
     }
+    // What some ranks enqueued and others never did: a rank that ran fewer steps (skipped one,
+    // or had less data: see join()) leaves exactly these behind. Same table on every rank.
+    const std::vector<Coordinator::Stall> left = coordinator.stalls(-1.0, Clock::now());
+    for (size_t i = 0; i < left.size() && i < 3; ++i) {
+      why += std::string(i == 0 ? "; left incomplete: " : ", ") + "'" + left[i].name +
+             "' (enqueued by " + (left[i].present.size() == 1 ? "rank " : "ranks ") +
+             rank_list(left[i].present) + ", not by " +
+             (left[i].missing.size() == 1 ? "rank " : "ranks ") + rank_list(left[i].missing) + ")";
+    }
+    if (left.size() > 3) why += " and " + std::to_string(left.size() - 3) + " more";
     {
       std::lock_guard<std::mutex> lock(mu);
       final_error = "shut down because " + why;

@@ -23,6 +23,10 @@ std::string broadcast_bytes(const std::string& bytes, int root, const std::strin
 void broadcast_parameters(torch::nn::Module& module, int root) {
   TESSERA_CHECK(root >= 0 && root < size(), "broadcast_parameters: root ", root,
                 " is not a rank; accepted: 0 to ", size() - 1);
+  // A different model on some rank would otherwise wait on names the others never send.
+  std::string description = describe_parameters(module.named_parameters(), false);
+  description += describe_parameters(module.named_buffers(), false);
+  verify_across_ranks("the model's parameters and buffers", description);
   torch::NoGradGuard no_grad;
   std::vector<TensorHandle> handles;
   std::vector<torch::Tensor> targets;

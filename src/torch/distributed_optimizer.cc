@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <map>
 #include <mutex>
 
 #include "common/error.h"
@@ -42,6 +43,18 @@ struct DistributedOptimizer::Impl {
   std::vector<std::vector<size_t>> groups;
   std::vector<size_t> group_ready;  // members whose passes are complete
   std::mutex mu;                    // hooks may run on autograd's threads
+  // The step check, for steps announced by set_step: the caller's step index, max-allreduced
+  // as {step, -step} beside the gradients; max == -max(-step) exactly when every rank is at
+  // the same step. (A count kept here could not tell: a rank that skips a batch still makes
+  // the same number of step() calls until the end.)
+  int64_t steps = 0;
+  int64_t caller_step = -1;  // set_step's value for the coming step; -1: no check
+  bool step_enqueued = false;
+  torch::Tensor step_wire;
+  TensorHandle step_handle;
+
+  void enqueue_step_check();
+  void finish_step_check();
 
   void on_gradient(size_t i);
   void enqueue_one(size_t i);
@@ -108,6 +121,13 @@ DistributedOptimizer::DistributedOptimizer(
   TESSERA_CHECK(in_optimizer <= impl_->params.size(), "the optimizer updates ", in_optimizer,
                 " parameters but named_parameters lists ", impl_->params.size(),
                 " that require gradients: pass the same module's named_parameters()");
+  {
+    // Every rank must reduce the same gradients: compare names, shapes and dtypes once.
+    torch::OrderedDict<std::string, torch::Tensor> mine;
+    for (const Impl::Param& p : impl_->params) mine.insert(p.name, p.tensor);
+    verify_across_ranks("the parameters of DistributedOptimizer '" + options_.prefix + "'",
+                        describe_parameters(mine, true), options_.process_set);
+  }
   impl_->groups = plan_groups(impl_->params.size(), options_.groups);
   impl_->group_ready.assign(impl_->groups.size(), 0);
   for (size_t g = 0; g < impl_->groups.size(); ++g) {
@@ -132,6 +152,12 @@ DistributedOptimizer::~DistributedOptimizer() {
         tessera::synchronize(p.handle);
       } catch (...) {
       }
+    }
+  }
+  if (impl_->step_enqueued) {
+    try {
+      tessera::synchronize(impl_->step_handle);
+    } catch (...) {
     }
   }
 }
@@ -175,8 +201,48 @@ void DistributedOptimizer::Impl::enqueue_group(size_t g) {
   }
 }
 
+void DistributedOptimizer::Impl::enqueue_step_check() {
+  steps = caller_step;
+  caller_step = -1;
+  step_wire = torch::tensor({steps, -steps}, torch::kInt64);
+  step_handle = allreduce_async_(step_wire, "tessera.step." + options.prefix, ReduceOp::kMax, 1.0,
+                                 1.0, options.process_set);
+  step_enqueued = true;
+}
+
+void DistributedOptimizer::Impl::finish_step_check() {
+  step_enqueued = false;
+  const torch::Tensor r = tessera::synchronize(step_handle);
+  const int64_t high = r[0].item<int64_t>(), low = -r[1].item<int64_t>();
+  if (high == low) return;
+  // Some rank skipped or repeated a step: every rank saw the same max and min, so every rank
+  // gathers the step counts and raises the same error.
+  const torch::Tensor all = tessera::allgather(
+      torch::tensor({steps}, torch::kInt64),
+      "tessera.step." + options.prefix + "ranks." + std::to_string(high), options.process_set);
+  std::map<int64_t, std::vector<int>> ranks_at;
+  for (int64_t r = 0; r < all.numel(); ++r) {
+    ranks_at[all[r].item<int64_t>()].push_back(static_cast<int>(r));
+  }
+  std::string where;
+  for (const auto& kv : ranks_at) {
+    where += (where.empty() ? "" : ", ") + std::string(kv.second.size() == 1 ? "rank " : "ranks ");
+    for (size_t k = 0; k < kv.second.size(); ++k) {
+      where += (k ? " " : "") + std::to_string(kv.second[k]);
+    }
+    where += " at step " + std::to_string(kv.first + 1);
+  }
+  throw InvalidArgument("DistributedOptimizer '" + options.prefix +
+                        "': the ranks are at different steps (" + where +
+                        ", tensor 'tessera.step." + options.prefix +
+                        "'): a rank skipped or repeated a step, so its gradients were averaged "
+                        "with another step's; every rank must call step() for every batch");
+}
+
 void DistributedOptimizer::Impl::on_gradient(size_t i) {
   std::lock_guard<std::mutex> lock(mu);
+  // Rides with the first gradient of the step.
+  if (!step_enqueued && caller_step >= 0) enqueue_step_check();
   Param& p = params[i];
   ++p.passes;
   if (p.passes > options.backward_passes_per_step) {
@@ -210,6 +276,7 @@ void DistributedOptimizer::Impl::finish(Param& p) {
 
 void DistributedOptimizer::synchronize() {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->step_enqueued && impl_->caller_step >= 0) impl_->enqueue_step_check();
   // Whatever the hooks did not enqueue (unused parameters, fewer passes than declared) goes
   // now, in the same order on every rank.
   for (size_t g = 0; g < impl_->groups.size(); ++g) {
@@ -231,6 +298,13 @@ void DistributedOptimizer::synchronize() {
     }
   }
   std::fill(impl_->group_ready.begin(), impl_->group_ready.end(), 0);
+  if (impl_->step_enqueued) {
+    try {
+      impl_->finish_step_check();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
   if (first) std::rethrow_exception(first);
 }
 
@@ -244,5 +318,13 @@ void DistributedOptimizer::step() {
 }
 
 void DistributedOptimizer::zero_grad() { optimizer_.zero_grad(); }
+
+void DistributedOptimizer::set_step(int64_t step) {
+  TESSERA_CHECK(step >= 0, "set_step: a step index is >= 0, got ", step);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  TESSERA_CHECK(!impl_->step_enqueued, "set_step(", step,
+                ") after backward has started this step; call it before backward");
+  impl_->caller_step = step;
+}
 
 }  // namespace tessera

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/activity.h"
 #include "common/atomic_file.h"
@@ -162,6 +163,32 @@ Evaluation evaluate_slides(models::ResNetImpl& net, SlideInput& input,
 
 }  // namespace
 
+std::string describe_training_options(const TrainOptions& o) {
+  std::ostringstream s;
+  s.precision(17);
+  // What every rank must share; paths that only rank 0 writes, and per-rank resources (workers,
+  // prefetch, threads), may differ.
+  s << "--model: " << o.model << "\n--image-size: " << o.image_size << "\n--data: " << o.data
+    << "\n--format: " << o.format << "\n--train-size: " << o.train_size
+    << "\n--val-size: " << o.val_size << "\n--keep-decoded: " << o.keep_decoded
+    << "\n--global-shuffle: " << o.global_shuffle << "\n--max-corrupt: " << o.max_corrupt
+    << "\n--batch-size: " << o.batch_size << "\n--epochs: " << o.epochs << "\n--steps: " << o.steps
+    << "\n--lr: " << o.lr << "\n--lr-base-batch: " << o.base_batch
+    << "\n--warmup-epochs: " << o.warmup_epochs << "\n--lr-schedule: " << o.lr_schedule
+    << "\n--lr-milestones:";
+  for (double m : o.lr_milestones) s << " " << m;
+  s << "\n--lr-gamma: " << o.lr_gamma << "\n--momentum: " << o.momentum
+    << "\n--weight-decay: " << o.weight_decay << "\n--seed: " << o.seed
+    << "\n--eval-every: " << o.eval_every << "\n--log-every: " << o.log_every
+    << "\n--checkpoint-every: " << o.checkpoint_every << "\n--resume (given): " << !o.resume.empty()
+    << "\n--stop-at: " << o.stop_at << "\n--init-from (given): " << !o.init_from.empty()
+    << "\n--sync-bn: " << o.sync_bn << "\n--spatial: " << o.spatial
+    << "\n--precision: " << o.precision << "\n--output-stride: " << o.output_stride
+    << "\n--backward-passes-per-step: " << o.backward_passes_per_step << "\n--groups: " << o.groups
+    << "\n--compression: " << o.compression << "\n";
+  return s.str();
+}
+
 TrainResult run_training(const TrainOptions& o) {
   validate(o);
   const bool dist = !o.local_only;
@@ -172,6 +199,10 @@ TrainResult run_training(const TrainOptions& o) {
   const bool talk = root && !o.quiet;
   at::set_num_threads(o.threads);
   torch::manual_seed(o.seed);
+  // Before any other collective: ranks started with different options (an MPMD command line, a
+  // stale script on one node) would otherwise average different batch sizes or models silently,
+  // or wait on collectives the others never start.
+  if (dist) verify_across_ranks("the training options", describe_training_options(o));
 
   const models::Task task = models::task_of(o.model);
   // Spatial decomposition: the grid's communicators and each rank's tiles of the slides.
@@ -358,6 +389,7 @@ TrainResult run_training(const TrainOptions& o) {
       static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
     }
     phase(step, "waiting for its batch");
+    if (dopt) dopt->set_step(step);  // a rank that skipped a batch fails at the next step
     data::Batch batch = input.batch(step, end);
     const torch::Tensor& target =
         task == models::Task::kClassification ? batch.labels : batch.masks;

@@ -67,6 +67,10 @@ struct TrainOptions {
   std::function<void(int64_t, torch::nn::Module&)> on_step;
 };
 
+// The options every rank of a run must share, as "--option: value" lines (for
+// verify_across_ranks).
+std::string describe_training_options(const TrainOptions& o);
+
 struct TrainResult {
   int64_t steps = 0;      // steps completed in total (including before a resume)
   double final_loss = 0;  // mean over ranks of the last logged interval

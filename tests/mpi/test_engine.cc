@@ -491,6 +491,39 @@ TEST_F(EngineTest, ShutdownFailsPendingWorkWithTheReasonAndRank) {
   }
 }
 
+// A rank that ran fewer steps (it skipped one, or had less data, without join) finishes while
+// the others wait on its last collectives: their error names those tensors and the ranks that
+// did and did not enqueue them, not only "shut down".
+TEST_F(EngineTest, ARankThatFinishesEarlyLeavesAnErrorNamingWhatItNeverEnqueued) {
+  const int n = world_->size(), r = world_->rank();
+  if (n < 2) GTEST_SKIP() << "needs two ranks";
+  Engine engine(*world_, fast());
+  float x = 1, y = 0;
+  engine.enqueue_allreduce("step0.grad", &x, &y, DataType::kFloat32, {1}).wait(30);
+  if (r == n - 1) {
+    engine.shutdown("rank " + std::to_string(r) + " finished its steps");
+  } else {
+    Handle h = engine.enqueue_allreduce("step1.grad", &x, &y, DataType::kFloat32, {1});
+    const std::string what = what_of(h);
+    std::string others;
+    for (int q = 0; q + 1 < n; ++q) others += (q ? ", " : "") + std::to_string(q);
+    EXPECT_NE(what.find("finished its steps (rank " + std::to_string(n - 1) + ")"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("left incomplete: 'step1.grad' (enqueued by rank" +
+                        std::string(n > 2 ? "s " : " ") + others + ", not by rank " +
+                        std::to_string(n - 1) + ")"),
+              std::string::npos)
+        << what;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!engine.is_shut_down() &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(engine.is_shut_down());
+}
+
 TEST_F(EngineTest, BadInputIsRefusedAtTheCall) {
   Engine engine(*world_, fast());
   float x[4] = {1, 1, 1, 1}, y[4];

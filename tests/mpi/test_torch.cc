@@ -381,3 +381,81 @@ TEST_F(TorchTest, SyncBatchNormTrainingMatchesOneProcessStepByStep) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+using testing::TorchTest;
+
+// Disagreements between ranks (docs/reliability.md): each is an error on every rank that names
+// what differs and the ranks on each side.
+
+TEST_F(TorchTest, DifferentModelsFailOnEveryRankNamingTheParameterAndTheRanks) {
+  if (n() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const bool other = r() == n() - 1;
+  torch::nn::Sequential net(torch::nn::Linear(6, other ? 3 : 2));
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
+  std::string lows;
+  for (int q = 0; q + 1 < n(); ++q) lows += (q ? ", " : "") + std::to_string(q);
+  const std::string expect = "'0.weight' is [2, 6] Float on rank" +
+                             std::string(n() > 2 ? "s " : " ") + lows +
+                             " but [3, 6] Float on rank " + std::to_string(n() - 1);
+  try {
+    DistributedOptimizer opt(sgd, net->named_parameters());
+    FAIL() << "different models must not make an optimizer";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+  }
+  try {
+    broadcast_parameters(*net, 0);
+    FAIL() << "different models must not broadcast";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+  }
+  // A missing parameter (one rank's layer has no bias) names it too.
+  torch::nn::Sequential nobias(torch::nn::Linear(torch::nn::LinearOptions(6, 2).bias(!other)));
+  torch::optim::SGD sgd2(nobias->parameters(), torch::optim::SGDOptions(0.1));
+  try {
+    DistributedOptimizer opt(sgd2, nobias->named_parameters());
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'0.bias' is on rank"), std::string::npos) << e.what();
+  }
+  verify_across_ranks("a test's description", "same: 1\n");  // agreeing ranks pass
+}
+
+TEST_F(TorchTest, ARankThatSkippedAStepFailsEveryRanksNextStepNamingTheRanks) {
+  if (n() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int skipper = n() - 1;
+  Linear m;
+  torch::optim::SGD sgd(m.net->parameters(), torch::optim::SGDOptions(0.01));
+  DistributedOptions o;
+  o.prefix = "skip.";
+  std::string error;
+  {
+    DistributedOptimizer opt(sgd, m.net->named_parameters(), o);
+    for (int step = 0; step < 4 && error.empty(); ++step) {
+      if (r() == skipper && step == 1) continue;  // this rank's batch 1 is skipped
+      opt.set_step(step);
+      opt.zero_grad();
+      m.loss(Linear::data(r(), step)).backward();
+      try {
+        opt.step();
+      } catch (const InvalidArgument& e) {
+        error = e.what();
+      }
+    }
+    // The others' step 2 met the skipper's step 3: every rank fails there.
+    std::string others;
+    for (int q = 0; q < skipper; ++q) others += (q ? " " : "") + std::to_string(q);
+    EXPECT_NE(
+        error.find("the ranks are at different steps (rank" + std::string(n() > 2 ? "s " : " ") +
+                   others + " at step 2, rank " + std::to_string(skipper) + " at step 3"),
+        std::string::npos)
+        << error;
+    EXPECT_NE(error.find("'tessera.step.skip.'"), std::string::npos) << error;
+  }  // its hooks go: the next optimizer hooks the same parameters
+}
+
+}  // namespace
+}  // namespace tessera

@@ -229,5 +229,31 @@ TEST_F(TrainTest, BadInputIsAClearErrorOnEveryRank) {
   expect_training_error(o, "ten.pt: 'fc.weight' has shape [10, 512]");
 }
 
+// Ranks started with different options (an MPMD command line, a stale script on one node) fail
+// before the first step, on every rank, naming the option and both groups of ranks.
+TEST_F(TrainTest, RanksWithDifferentOptionsFailNamingTheOptionAndTheRanks) {
+  if (size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int last = size() - 1;
+  std::string lows;
+  for (int q = 0; q < last; ++q) lows += (q ? ", " : "") + std::to_string(q);
+  const std::string low_ranks = (last > 1 ? "ranks " : "rank ") + lows;
+  train::TrainOptions o = small();
+  o.steps = 2;
+  if (rank() == last) o.batch_size = 4;
+  expect_training_error(o, "the ranks disagree on the training options: '--batch-size' is " +
+                               std::to_string(small().batch_size) + " on " + low_ranks +
+                               " but 4 on rank " + std::to_string(last));
+  o = small();
+  o.steps = 2;
+  if (rank() == last) o.model = "resnet50";
+  expect_training_error(
+      o, "'--model' is resnet18 on " + low_ranks + " but resnet50 on rank " + std::to_string(last));
+  // Per-rank resources may differ.
+  o = small();
+  o.steps = 2;
+  if (rank() == last) o.workers = 1;
+  EXPECT_EQ(train::run_training(o).steps, 2);
+}
+
 }  // namespace
 }  // namespace tessera
