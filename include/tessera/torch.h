@@ -131,6 +131,13 @@ torch::Tensor alltoall(const torch::Tensor& tensor, const std::string& name = ""
 // Root's bytes on every rank (any length; the others pass anything, e.g. ""). Collective.
 std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name);
 
+// Uneven data: a rank whose data ran out calls join() and waits there until every rank has.
+// Meanwhile it takes part in the other ranks' allreduces (DistributedOptimizer's gradients)
+// with zeros (the identity of the operation), and averages divide by the ranks still
+// training, so the finished ranks neither hang the others nor dilute their gradients. Any
+// other collective while a rank has joined is an error on every rank that names it.
+void join(int process_set = 0);
+
 // Every parameter and buffer of `module` (by its name) takes root's value. Collective.
 void broadcast_parameters(torch::nn::Module& module, int root);
 // Every rank's optimizer takes root's state (momentum buffers, step counts) and its param

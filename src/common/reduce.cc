@@ -1,5 +1,9 @@
 #include "common/reduce.h"
 
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
 #include "common/error.h"
 
 namespace tessera {
@@ -59,5 +63,82 @@ void scale(DataType dtype, double factor, const void* in, void* out, size_t coun
 }
 
 const char* reduce_isa() { return table().name; }
+
+namespace {
+
+template <class T>
+void fill_typed(ReduceOp op, void* out, size_t count) {
+  T v = T(0);
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+    case ReduceOp::kBitOr:
+      v = T(0);
+      break;
+    case ReduceOp::kProduct:
+      v = T(1);
+      break;
+    case ReduceOp::kMin:
+      v = std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                               : std::numeric_limits<T>::max();
+      break;
+    case ReduceOp::kMax:
+      v = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                               : std::numeric_limits<T>::lowest();
+      break;
+    case ReduceOp::kBitAnd:
+      std::memset(&v, 0xff, sizeof(v));
+      break;
+  }
+  T* p = static_cast<T*>(out);
+  for (size_t i = 0; i < count; ++i) p[i] = v;
+}
+
+// f16 and bf16 as bit patterns: 0, 1, +inf and -inf.
+void fill_half(ReduceOp op, bool bf16, void* out, size_t count) {
+  uint16_t v = 0;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+    case ReduceOp::kBitOr:
+      v = 0;
+      break;
+    case ReduceOp::kProduct:
+      v = bf16 ? 0x3f80 : 0x3c00;
+      break;
+    case ReduceOp::kMin:
+      v = bf16 ? 0x7f80 : 0x7c00;
+      break;
+    case ReduceOp::kMax:
+      v = bf16 ? 0xff80 : 0xfc00;
+      break;
+    case ReduceOp::kBitAnd:
+      v = 0xffff;
+      break;
+  }
+  uint16_t* p = static_cast<uint16_t*>(out);
+  for (size_t i = 0; i < count; ++i) p[i] = v;
+}
+
+}  // namespace
+
+void fill_identity(DataType dtype, ReduceOp op, void* out, size_t count) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return fill_typed<float>(op, out, count);
+    case DataType::kFloat64:
+      return fill_typed<double>(op, out, count);
+    case DataType::kFloat16:
+      return fill_half(op, false, out, count);
+    case DataType::kBFloat16:
+      return fill_half(op, true, out, count);
+    case DataType::kInt32:
+      return fill_typed<int32_t>(op, out, count);
+    case DataType::kInt64:
+      return fill_typed<int64_t>(op, out, count);
+    case DataType::kUInt8:
+      return fill_typed<uint8_t>(op, out, count);
+  }
+}
 
 }  // namespace tessera

@@ -22,4 +22,9 @@ void scale(DataType dtype, double factor, const void* in, void* out, size_t coun
 // The instruction set the dispatcher chose: "avx512", "avx2" or "baseline".
 const char* reduce_isa();
 
+// Fills `out` with the identity of `op` (x op identity == x): 0 for sum, average and bitwise
+// or; 1 for product; the largest value for min (+inf for floats); the lowest for max (-inf);
+// all bits set for bitwise and. What a rank that has joined contributes (Engine::join).
+void fill_identity(DataType dtype, ReduceOp op, void* out, size_t count);
+
 }  // namespace tessera

@@ -27,6 +27,7 @@ void Coordinator::add(int rank, TensorSpec spec, uint64_t cycle, Clock::time_poi
   }
   Entry& e = it->second;
   if (e.by_rank[static_cast<size_t>(rank)]) return;
+  if (spec.op == OpType::kJoin) joined_[static_cast<size_t>(rank)] = true;
   e.by_rank[static_cast<size_t>(rank)] = std::move(spec);
   e.cycle_by_rank[static_cast<size_t>(rank)] = cycle;
   ++e.count;
@@ -35,31 +36,53 @@ void Coordinator::add(int rank, TensorSpec spec, uint64_t cycle, Clock::time_poi
 std::vector<Coordinator::Decision> Coordinator::take_complete() {
   std::vector<Decision> out;
   std::vector<std::string> still;
+  bool join_done = false;
   for (const std::string& name : order_) {
     Entry& e = entries_.at(name);
-    if (e.count < ranks_) {
+    // Complete when every rank has sent it or joined (a join entry: when every rank joined).
+    bool complete = true;
+    Decision d;
+    for (int r = 0; r < ranks_; ++r) {
+      if (e.by_rank[static_cast<size_t>(r)]) continue;
+      if (!joined_[static_cast<size_t>(r)]) complete = false;
+      d.joined.push_back(r);
+    }
+    if (!complete) {
       still.push_back(name);
       continue;
     }
-    Decision d;
+    int first = 0;
+    while (!e.by_rank[static_cast<size_t>(first)]) ++first;
     d.name = name;
-    d.spec = *e.by_rank[0];
+    d.spec = *e.by_rank[static_cast<size_t>(first)];
     d.cycle_by_rank = e.cycle_by_rank;
-    for (int r = 1; r < ranks_ && d.error.empty(); ++r) {
+    for (int r = first + 1; r < ranks_ && d.error.empty(); ++r) {
+      if (!e.by_rank[static_cast<size_t>(r)]) continue;
       const std::string diff = spec_difference(d.spec, *e.by_rank[static_cast<size_t>(r)]);
       if (diff.empty()) continue;
       std::vector<int> same, other;
       for (int q = 0; q < ranks_; ++q) {
+        if (!e.by_rank[static_cast<size_t>(q)]) continue;
         (spec_difference(d.spec, *e.by_rank[static_cast<size_t>(q)]).empty() ? same : other)
             .push_back(q);
       }
       d.error = "mismatch in collective '" + name + "': " + diff + " (ranks " + join_ranks(same) +
                 " vs ranks " + join_ranks(other) + ")";
     }
+    if (d.error.empty() && !d.joined.empty() && d.spec.op != OpType::kAllreduce) {
+      d.error = "collective '" + name + "' (" + op_type_name(d.spec.op) + ") ran while ranks " +
+                join_ranks(d.joined) +
+                " had joined: after join() only allreduce can run (a joined rank contributes "
+                "the operation's identity, zeros for a sum or an average)";
+    }
+    join_done |= d.spec.op == OpType::kJoin;
     out.push_back(std::move(d));
     entries_.erase(name);
   }
   order_.swap(still);
+  // Every rank has joined: the next join starts afresh. After the pass, so that names
+  // completed by the joined ranks in this same pass were judged with them.
+  if (join_done) joined_.assign(joined_.size(), false);
   return out;
 }
 

@@ -20,10 +20,11 @@ class Coordinator {
  public:
   using Clock = std::chrono::steady_clock;
 
-  explicit Coordinator(int ranks) : ranks_(ranks) {}
+  explicit Coordinator(int ranks) : ranks_(ranks), joined_(static_cast<size_t>(ranks), false) {}
 
   // Rank `rank` has sent `spec` in cycle `cycle`. A second spec of the same name from the same
-  // rank, while the first is pending, is ignored.
+  // rank, while the first is pending, is ignored. A join (OpType::kJoin) marks the rank as
+  // joined until every rank has joined: from then on every other name counts it as present.
   void add(int rank, TensorSpec spec, uint64_t cycle, Clock::time_point now);
 
   struct Decision {
@@ -31,10 +32,13 @@ class Coordinator {
     TensorSpec spec;                      // rank 0's
     std::string error;                    // empty: every rank agrees
     std::vector<uint64_t> cycle_by_rank;  // when each rank's spec arrived
+    std::vector<int> joined;              // ranks that joined instead of sending it
   };
-  // The names every rank has sent, in first-arrival order, validated and removed from the
-  // table. A disagreement reads "mismatch in collective 'x': dtype f32 vs f64 (ranks 0, 1 vs
-  // ranks 2)", naming every rank on each side of the first differing field.
+  // The names every rank has sent (or joined instead), in first-arrival order, validated and
+  // removed from the table. A disagreement reads "mismatch in collective 'x': dtype f32 vs f64
+  // (ranks 0, 1 vs ranks 2)", naming every rank on each side of the first differing field.
+  // With joined ranks only an allreduce can complete (they contribute the operation's
+  // identity); anything else is an error naming the collective and the joined ranks.
   std::vector<Decision> take_complete();
 
   struct Stall {
@@ -48,6 +52,7 @@ class Coordinator {
   std::vector<Stall> stalls(double older_than_s, Clock::time_point now);
 
   size_t pending() const { return entries_.size(); }
+  bool joined(int rank) const { return joined_[static_cast<size_t>(rank)]; }
 
  private:
   struct Entry {
@@ -58,6 +63,7 @@ class Coordinator {
     bool reported = false;
   };
   int ranks_;
+  std::vector<bool> joined_;
   std::map<std::string, Entry> entries_;
   std::vector<std::string> order_;  // first-arrival order of the pending names
 };

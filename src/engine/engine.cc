@@ -277,6 +277,8 @@ std::vector<Handle> Engine::enqueue_group_impl(std::vector<Request> requests, bo
   for (const Request& r : requests) {
     const TensorSpec& s = r.spec;
     TESSERA_CHECK(!s.name.empty(), "a collective needs a non-empty name");
+    TESSERA_CHECK((s.op == OpType::kJoin) == (s.name == kJoinName), "'", s.name, "': the name '",
+                  kJoinName, "' is join()'s and join() uses no other");
     const size_t elements = s.elements();
     const size_t bytes = s.bytes();
     (void)bytes;
@@ -387,6 +389,12 @@ Handle Engine::enqueue_reduce_scatter(const std::string& name, const void* input
                                       DataType dtype, std::vector<int64_t> shape, ReduceOp op) {
   Request r = make_request(name, OpType::kReduceScatter, dtype, std::move(shape), input, output);
   r.spec.reduce_op = op;
+  return enqueue(std::move(r));
+}
+
+Handle Engine::join(int process_set) {
+  Request r = make_request(kJoinName, OpType::kJoin, DataType::kInt32, {0}, nullptr, nullptr);
+  r.spec.process_set = process_set;
   return enqueue(std::move(r));
 }
 

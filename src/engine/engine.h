@@ -100,6 +100,12 @@ class Engine {
   // The first dimension must divide by the number of ranks; block j goes to rank j.
   Handle enqueue_alltoall(const std::string& name, const void* input, void* output, DataType dtype,
                           std::vector<int64_t> shape);
+  // This rank has no more data (uneven shards): until every rank of the set has joined, it takes
+  // part in the other ranks' allreduces with the operation's identity (zeros for a sum or an
+  // average), and averages divide by the ranks that did not join. Any other collective while a
+  // rank has joined fails on every rank, naming it. The handle completes when every rank has
+  // joined (after which the set runs as before). Horovod's hvd.join, DDP's Join.
+  Handle join(int process_set = 0);
   // Enqueues all at once as one group (all in one process set): released only when every member is
   // ready everywhere, and fused together unless they exceed the fusion threshold.
   std::vector<Handle> enqueue_group(std::vector<Request> requests);

@@ -214,7 +214,25 @@ bool Engine::Impl::cycle() {
       } else if (l.bit >= 0) {
         cache.erase(l.bit);
       }
-      Pending& p = pending.at(d.name);  // complete: this rank sent it too
+      const bool joined_here =
+          std::find(d.joined.begin(), d.joined.end(), comm->rank()) != d.joined.end();
+      if (joined_here) {
+        // This rank has joined: it takes part with the operation's identity and no handle.
+        Pending phantom;
+        phantom.req.spec = d.spec;
+        phantom.state = State::kSent;
+        phantom.enqueued = Clock::now();
+        if (d.error.empty()) {
+          phantom.own_in.resize(d.spec.bytes());
+          phantom.own_out.resize(d.spec.bytes());
+          fill_identity(d.spec.dtype, d.spec.reduce_op, phantom.own_in.data(), d.spec.elements());
+          phantom.req.input = phantom.own_in.data();
+          phantom.req.output = phantom.own_out.data();
+        }
+        pending.emplace(d.name, std::move(phantom));
+      }
+      Pending& p = pending.at(d.name);  // complete: this rank sent it too, or joined
+      p.contributors = comm->size() - static_cast<int>(d.joined.size());
       if (timeline.active()) {
         std::string cycles;
         for (uint64_t c : d.cycle_by_rank) {
@@ -230,7 +248,8 @@ bool Engine::Impl::cycle() {
     for (const Coordinator::Stall& st : coordinator.stalls(opt.stall_check_s, Clock::now())) {
       const std::string report = st.report();
       if (st.first_report && comm->rank() == 0) TESSERA_LOG(kWarning, report);
-      if (opt.stall_shutdown_s > 0 && st.waited_s > opt.stall_shutdown_s) {
+      // A joined rank waits for the others' data to run out, however long that takes.
+      if (opt.stall_shutdown_s > 0 && st.waited_s > opt.stall_shutdown_s && st.name != kJoinName) {
         std::lock_guard<std::mutex> lock(mu);
         if (!shutdown_requested) {
           shutdown_requested = true;
@@ -404,8 +423,12 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
   switch (lead.op) {
     case OpType::kAllreduce: {
       const bool average = lead.reduce_op == ReduceOp::kAverage;
-      // Averaging and the post-scale are folded into the copy out of the fusion buffer.
-      const double out_factor = lead.postscale * (average ? 1.0 / n : 1.0);
+      // Averaging and the post-scale are folded into the copy out of the fusion buffer. The
+      // average is over the ranks that contributed: joined ranks add only the identity.
+      auto out_factor_of = [&](const Pending* p) {
+        const int contributors = p->contributors > 0 ? p->contributors : n;
+        return lead.postscale * (average ? 1.0 / contributors : 1.0);
+      };
       comm::AllreduceOptions o;
       o.op = average ? ReduceOp::kSum : lead.reduce_op;
       o.colors = opt.colors;
@@ -426,6 +449,7 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
         const auto t = Clock::now();
         comm::allreduce(*comm, src, r.output, count, lead.dtype, o);
         trace("ALLREDUCE", t, collective_args(count * esize));
+        const double out_factor = out_factor_of(items.front());
         if (out_factor != 1.0) scale(lead.dtype, out_factor, r.output, r.output, count);
         return;
       }
@@ -451,6 +475,7 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
       off = 0;
       for (Pending* p : items) {
         const size_t bytes = p->req.spec.bytes();
+        const double out_factor = out_factor_of(p);
         if (out_factor != 1.0) {
           scale(lead.dtype, out_factor, fusion.data() + off, p->req.output, bytes / esize);
         } else if (bytes > 0) {
@@ -497,6 +522,8 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
       trace("REDUCE_SCATTER", start, collective_args(r.spec.bytes()));
       return;
     }
+    case OpType::kJoin:
+      return;  // every rank has joined: nothing moves
     case OpType::kAlltoall: {
       const Request& r = items.front()->req;
       comm::alltoall(*comm, r.input, r.output, r.spec.elements() / static_cast<size_t>(n),
@@ -514,6 +541,7 @@ void Engine::Impl::complete(const std::vector<Pending*>& items, std::exception_p
     // One lock per batch, not per tensor.
     std::lock_guard<std::mutex> lock(mu);
     for (Pending* p : items) {
+      if (!p->handle) continue;  // a joined rank's stand-in
       names_in_flight.erase(p->req.spec.name);
       ++stats.tensors_done;
       // The autotuner's score; counted under the lock complete() takes anyway.
@@ -526,7 +554,9 @@ void Engine::Impl::complete(const std::vector<Pending*>& items, std::exception_p
     handles.push_back(p->handle);
     pending.erase(p->req.spec.name);  // p dangles from here on
   }
-  for (auto& h : handles) h->finish(e);
+  for (auto& h : handles) {
+    if (h) h->finish(e);
+  }
 }
 
 void Engine::Impl::fail_all(std::exception_ptr e) {
@@ -546,7 +576,9 @@ void Engine::Impl::fail_all(std::exception_ptr e) {
     names_in_flight.clear();
     shutdown_requested = true;
   }
-  for (auto& kv : pending) kv.second.handle->finish(e);
+  for (auto& kv : pending) {
+    if (kv.second.handle) kv.second.handle->finish(e);
+  }
   pending.clear();
   stopped = true;
 }

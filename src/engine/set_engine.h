@@ -40,6 +40,8 @@ struct Engine::Impl {
     Clock::time_point agreed;
     std::string negotiate_args = "{}";  // for the timeline
     bool carries_tunables = false;      // set_tunables' broadcast: switch once it has run
+    int contributors = 0;               // ranks that did not join (0: all); averages divide by it
+    std::vector<char> own_in, own_out;  // a joined rank's stand-in: the identity, and scratch
   };
   struct Ready {
     Pending* pending;   // an entry of `pending` (map nodes stay put until erased)

@@ -17,6 +17,8 @@ const char* op_type_name(OpType op) {
       return "broadcast";
     case OpType::kReduceScatter:
       return "reduce_scatter";
+    case OpType::kJoin:
+      return "join";
     case OpType::kAlltoall:
       return "alltoall";
   }

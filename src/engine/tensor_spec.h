@@ -12,7 +12,18 @@
 namespace tessera {
 namespace engine {
 
-enum class OpType : uint8_t { kAllreduce, kAllgather, kBroadcast, kReduceScatter, kAlltoall };
+// kJoin: this rank has no more work (Engine::join): it completes once every rank has joined.
+enum class OpType : uint8_t {
+  kAllreduce,
+  kAllgather,
+  kBroadcast,
+  kReduceScatter,
+  kAlltoall,
+  kJoin
+};
+
+// The name of Engine::join's request (one join at a time per process set).
+constexpr const char* kJoinName = "tessera.join";
 
 const char* op_type_name(OpType op);
 

@@ -6,6 +6,7 @@
 
 #include "common/agreement.h"
 #include "common/error.h"
+#include "engine/engine.h"
 #include "tessera/torch.h"
 
 namespace tessera {
@@ -61,5 +62,7 @@ std::string describe_parameters(const torch::OrderedDict<std::string, torch::Ten
   }
   return out;
 }
+
+void join(int process_set) { global_engine().join(process_set).wait(); }
 
 }  // namespace tessera

@@ -459,3 +459,79 @@ TEST_F(TorchTest, ARankThatSkippedAStepFailsEveryRanksNextStepNamingTheRanks) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+using testing::TorchTest;
+
+// Uneven data: rank k has k + 2 batches. A rank that runs out joins; the others' steps average
+// over the ranks still training only, as one process averaging those ranks' gradients would.
+TEST_F(TorchTest, JoinLetsRanksWithLessDataFinishAndAveragesOverTheOthers) {
+  Linear m, ref;
+  torch::optim::SGD sgd(m.net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  torch::optim::SGD sgd_ref(ref.net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  DistributedOptions o;
+  o.prefix = "uneven.";
+  DistributedOptimizer opt(sgd, m.net->named_parameters(), o);
+  const int mine = r() + 2;
+  for (int step = 0; step < n() + 1; ++step) {
+    // The reference: the average over the ranks that still have batch `step`.
+    torch::Tensor w = torch::zeros_like(ref.fc->weight), b = torch::zeros_like(ref.fc->bias);
+    int contributors = 0;
+    for (int k = 0; k < n(); ++k) {
+      if (step >= k + 2) continue;
+      ++contributors;
+      sgd_ref.zero_grad();
+      ref.loss(Linear::data(k, step)).backward();
+      w += ref.fc->weight.grad();
+      b += ref.fc->bias.grad();
+    }
+    sgd_ref.zero_grad();
+    ref.fc->weight.mutable_grad() = w / contributors;
+    ref.fc->bias.mutable_grad() = b / contributors;
+    sgd_ref.step();
+    if (step >= mine) continue;
+    opt.set_step(step);  // the step check also runs with joined ranks (they add its identity)
+    opt.zero_grad();
+    m.loss(Linear::data(r(), step)).backward();
+    opt.step();
+    EXPECT_TRUE(torch::allclose(m.fc->weight, ref.fc->weight, 1e-5, 1e-6)) << "step " << step;
+    EXPECT_TRUE(torch::allclose(m.fc->bias, ref.fc->bias, 1e-5, 1e-6)) << "step " << step;
+  }
+  join();
+  // Every rank has joined: the set runs as before.
+  EXPECT_EQ(allreduce(torch::ones({3}), "after.join", ReduceOp::kSum)[0].item<float>(),
+            static_cast<float>(n()));
+  if (n() < 2) return;
+  // Only allreduce can run while a rank has joined: a broadcast fails on the ranks that call
+  // it, naming the joined rank, and they can still join afterwards.
+  if (r() == 0) {
+    join();
+  } else {
+    try {
+      broadcast(torch::ones({2}), 1, "while.joined");
+      ADD_FAILURE() << "a broadcast ran while rank 0 had joined";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("'while.joined' (broadcast) ran while ranks 0 had joined"),
+          std::string::npos)
+          << e.what();
+    }
+    join();
+  }
+  // A max (the identity of max is the lowest value, not zero) and an int sum.
+  if (r() == 0) {
+    join();
+  } else {
+    const torch::Tensor lowest = torch::full({2}, -5.0);
+    EXPECT_EQ(allreduce(lowest, "max.joined", ReduceOp::kMax)[0].item<float>(), -5.0f);
+    EXPECT_EQ(
+        allreduce(torch::ones({2}, torch::kInt), "isum.joined", ReduceOp::kSum)[1].item<int>(),
+        n() - 1);
+    join();
+  }
+}
+
+}  // namespace
+}  // namespace tessera

@@ -338,3 +338,86 @@ TEST(Coordinator, StallsNameWhoIsMissingAndReportOnce) {
 }  // namespace
 }  // namespace engine
 }  // namespace tessera
+
+namespace tessera {
+namespace engine {
+namespace {
+
+TensorSpec join_spec() {
+  TensorSpec s;
+  s.name = kJoinName;
+  s.op = OpType::kJoin;
+  s.dtype = DataType::kInt32;
+  s.shape = {0};
+  return s;
+}
+
+TEST(Coordinator, AJoinedRankCountsAsPresentUntilEveryRankHasJoined) {
+  const auto t = Coordinator::Clock::now();
+  Coordinator c(3);
+  c.add(1, join_spec(), 0, t);
+  EXPECT_TRUE(c.joined(1));
+  c.add(0, spec("g"), 0, t);
+  EXPECT_TRUE(c.take_complete().empty());  // rank 2 has neither sent nor joined
+  c.add(2, spec("g"), 1, t);
+  auto d = c.take_complete();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].name, "g");
+  EXPECT_EQ(d[0].joined, std::vector<int>{1});
+  EXPECT_TRUE(d[0].error.empty()) << d[0].error;
+  // Not an allreduce: an error naming the joined rank.
+  TensorSpec bc = spec("b");
+  bc.op = OpType::kBroadcast;
+  c.add(0, bc, 2, t);
+  c.add(2, bc, 2, t);
+  d = c.take_complete();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].error,
+            "collective 'b' (broadcast) ran while ranks 1 had joined: after join() only allreduce "
+            "can run (a joined rank contributes the operation's identity, zeros for a sum or an "
+            "average)");
+  // Rank 0 joins with a tensor of rank 2 outstanding: both complete in one pass, rank 2's
+  // tensor judged with both joined ranks, and the join state is cleared afterwards.
+  c.add(2, spec("late"), 3, t);
+  c.add(0, join_spec(), 3, t);
+  EXPECT_TRUE(c.take_complete().size() == 1u);  // "late"; rank 2 has not joined yet
+  c.add(2, spec("last"), 4, t);
+  c.add(2, join_spec(), 4, t);
+  d = c.take_complete();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].name, kJoinName);
+  EXPECT_EQ(d[1].name, "last");
+  EXPECT_EQ(d[1].joined, (std::vector<int>{0, 1}));
+  for (int r = 0; r < 3; ++r) EXPECT_FALSE(c.joined(r));
+  c.add(0, spec("next"), 5, t);
+  EXPECT_TRUE(c.take_complete().empty());  // nobody is joined any more
+}
+
+TEST(FillIdentity, EveryOpAndDtypeLeavesTheOtherOperandUnchanged) {
+  const std::vector<DataType> types = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+                                       DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
+                                       DataType::kUInt8};
+  const std::vector<ReduceOp> ops = {ReduceOp::kSum,     ReduceOp::kMin,    ReduceOp::kMax,
+                                     ReduceOp::kProduct, ReduceOp::kBitAnd, ReduceOp::kBitOr};
+  for (DataType dt : types) {
+    for (ReduceOp op : ops) {
+      if (is_floating(dt) && (op == ReduceOp::kBitAnd || op == ReduceOp::kBitOr)) continue;
+      const size_t n = 5, es = dtype_size(dt);
+      std::vector<unsigned char> x(n * es), id(n * es), out(n * es);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<unsigned char>(37 * i + 11);
+      if (dt == DataType::kFloat16 || dt == DataType::kBFloat16) {
+        for (size_t i = 0; i < n; ++i) x[2 * i + 1] &= 0x3f;  // finite values
+      }
+      if (dt == DataType::kFloat32 || dt == DataType::kFloat64) {
+        for (size_t i = 0; i < n; ++i) x[(i + 1) * es - 1] = 0x3f;  // finite
+      }
+      fill_identity(dt, op, id.data(), n);
+      reduce(dt, op, x.data(), id.data(), out.data(), n);
+      EXPECT_EQ(x, out) << dtype_name(dt) << " " << reduce_op_name(op);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace engine
+}  // namespace tessera
