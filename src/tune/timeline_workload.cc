@@ -50,7 +50,9 @@ Workload workload_from_timeline(const std::string& json_text, const std::string&
       if (name == "FORWARD") forward.push_back(s);
       if (name == "BACKWARD") backward.push_back(s);
       if (name == "OPTIMIZER_STEP") update.push_back(s);
-    } else if (name == "NEGOTIATE" && e.contains("args") && e["args"].contains("bytes")) {
+    } else if (name == "NEGOTIATE" && e.contains("args") && e["args"].contains("bytes") &&
+               row.rfind("tessera.", 0) != 0) {
+      // tessera's own collectives (the per-step index check, 16 bytes) are not gradients.
       enqueues.push_back({row, s.ts, e["args"]["bytes"].get<double>()});
     }
   }
