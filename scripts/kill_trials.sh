@@ -61,12 +61,14 @@ printf '%-5s %-4s %-7s %-9s %-7s %-5s %-9s %-7s %-12s %s\n' trial rank "kill at"
 
 clean=0; matched=0; resumed_n=0; failed=0; before=0
 times=()
+attempt=0
 for ((t = 1; t <= trials; ++t)); do
+  attempt=$((attempt + 1))
   dir=$out/trial$t
   rm -rf "$dir"; mkdir -p "$dir"
   victim=$((RANDOM % np))
   # A moment anywhere from start-up to the final evaluation and checkpoint.
-  delay=$(python3 -c "import random; random.seed($seed * 1000 + $t); print(f'{random.uniform(1.0, 0.95 * $run_s):.2f}')")
+  delay=$(python3 -c "import random; random.seed($seed * 1000 + $attempt); print(f'{random.uniform(1.0, 0.95 * $run_s):.2f}')")
   mpirun --oversubscribe --bind-to none -np "$np" "$tessera" "${train_args[@]}" \
     --checkpoint "$dir/ck.pt" > "$dir/killed.log" 2>&1 &
   launcher=$!
@@ -75,15 +77,16 @@ for ((t = 1; t <= trials; ++t)); do
   pids=()
   victim_pid=
   for p in $(pgrep -P "$launcher"); do
-    r=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+    r=$( (tr '\0' '\n' < "/proc/$p/environ") 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
     [[ -n $r ]] || continue
     pids+=("$p")
     [[ $r == "$victim" ]] && victim_pid=$p
   done
   if [[ -z $victim_pid ]]; then
     wait "$launcher"
-    echo "$t: the run ended before the kill at ${delay} s; not counted"
+    echo "$t: the run ended before the kill at ${delay} s; trying again with another moment"
     before=$((before + 1))
+    t=$((t - 1))
     continue
   fi
   kill -s "$signal" "$victim_pid"
@@ -150,12 +153,12 @@ for ((t = 1; t <= trials; ++t)); do
   printf '%-5s %-4s %-7s %-9s %-7s %-5s %-9s %-7s %-12s %s\n' "$t" "$victim" "${delay}s" \
     "${ended_s}s" "$rc" "$named/$((np - 1))" "$orphans" "$from" "$bitwise" "$verdict"
 done
-counted=$((trials - before))
+counted=$trials
 summary=$(python3 -c "
 import statistics
 t = [float(x) for x in '${times[*]}'.split()]
 print(f'median {statistics.median(t):.2f} s, max {max(t):.2f} s' if t else 'no clean endings')")
-echo "summary: SIG$signal, $counted trials: $clean ended cleanly (every other rank named rank and" \
+echo "summary: SIG$signal, $counted trials ($before more ended before their kill and were run again): $clean ended cleanly (every other rank named rank and" \
      "in-flight work, non-zero exit, no process left, within 30 s; $summary);" \
      "$matched of $counted resumed runs ($resumed_n from a checkpoint) ended bit for bit on the" \
      "uninterrupted run's checkpoint"
