@@ -13,6 +13,7 @@
 #include "comm/mpi_internal.h"
 #include "comm/selector.h"
 #include "comm/shm_arena.h"
+#include "common/activity.h"
 #include "common/knobs.h"
 #include "common/logging.h"
 #include "common/reduce.h"
@@ -128,6 +129,8 @@ void init(int* argc, char*** argv) {
 }
 
 void finalize(const std::string& error) {
+  activity::set_phase(error.empty() ? "its work is done; waiting in MPI_Finalize for the others"
+                                    : "failed (" + error + "); in MPI_Finalize");
   stop_liveness(error);
   int finalized = 0;
   MPI_Finalized(&finalized);

@@ -193,7 +193,23 @@ class Monitor {
     }
     cv_.notify_all();
     thread_.join();
-    if (handles_sigterm_) signal(SIGTERM, SIG_DFL);
+    if (handles_sigterm_) {
+      // MPI_Finalize waits for every rank; if one dies meanwhile, the launcher terminates this
+      // one too. A watcher without MPI stays until exit, so that ending is explained as well.
+      const int me = rank_;
+      const std::vector<PeerInfo> peers = peers_;
+      std::thread([me, peers] {
+        for (;;) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          if (!g_sigterm) continue;
+          std::map<int, char> states;
+          for (const PeerInfo& p : peers) states[p.pid] = process_state(p.pid);
+          end_process(terminated_message(me, peers, ended_on_this_host(me, peers, states),
+                                         activity::describe()),
+                      kExitTerminated);
+        }
+      }).detach();
+    }
     cancel(beat_recv_);
     cancel(notice_recv_);
     finish_or_free(beat_send_, std::chrono::milliseconds(0));
