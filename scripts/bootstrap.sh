@@ -17,6 +17,8 @@ PACKAGES=(
   libtiff-dev
   # tests, benchmarks, JSON and the command line
   googletest libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
+  # the fuzz targets: clang with libFuzzer and compiler-rt (tests/fuzz, scripts/fuzz.sh)
+  clang libclang-rt-14-dev
   # python reference (PyTorch DDP over gloo) for side-by-side benchmarks; torchvision checks
   # that weights interchange with its ResNets
   python3 python3-torch python3-torchvision

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/half.h"
 
 namespace tessera {
 
@@ -120,13 +121,13 @@ size_t checked_bytes(size_t count, DataType dtype) {
 }
 
 float f16_to_float(uint16_t h) {
-  _Float16 v;
+  detail::Half v;
   std::memcpy(&v, &h, 2);
   return static_cast<float>(v);
 }
 
 uint16_t float_to_f16(float f) {
-  const _Float16 v = static_cast<_Float16>(f);
+  const detail::Half v = static_cast<detail::Half>(f);
   uint16_t h;
   std::memcpy(&h, &v, 2);
   return h;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/dtype.h"
+#include "common/half.h"
 
 #ifndef TESSERA_ISA
 #error "TESSERA_ISA must name the instruction set namespace"
@@ -77,13 +78,14 @@ inline uint16_t f32_to_bf16(float f) {
   const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
   return nan ? static_cast<uint16_t>((bits >> 16) | 0x40u) : static_cast<uint16_t>(rounded);
 }
+using detail::Half;
 inline float f16_to_f32(uint16_t h) {
-  _Float16 v;
+  Half v;
   std::memcpy(&v, &h, 2);
   return static_cast<float>(v);
 }
 inline uint16_t f32_to_f16(float f) {
-  const _Float16 v = static_cast<_Float16>(f);
+  const Half v = static_cast<Half>(f);
   uint16_t h;
   std::memcpy(&h, &v, 2);
   return h;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -291,6 +292,9 @@ std::vector<Handle> Engine::enqueue_group_impl(std::vector<Request> requests, bo
     if (s.op == OpType::kAllreduce || s.op == OpType::kReduceScatter) {
       check_op_supported(s.dtype, s.reduce_op);
     }
+    TESSERA_CHECK(std::isfinite(s.prescale) && std::isfinite(s.postscale), "'", s.name,
+                  "': scale factors must be finite numbers, got ", s.prescale, " and ",
+                  s.postscale);
     TESSERA_CHECK(is_floating(s.dtype) || (s.prescale == 1.0 && s.postscale == 1.0), "'", s.name,
                   "': scale factors need a floating dtype, not ", dtype_name(s.dtype));
     if (s.op == OpType::kReduceScatter || s.op == OpType::kAlltoall) {

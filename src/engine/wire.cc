@@ -1,5 +1,6 @@
 #include "engine/wire.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "common/error.h"
@@ -111,10 +112,18 @@ std::vector<TensorSpec> decode_specs(const char* data, size_t size) {
     s.reduce_op = get_enum<ReduceOp>(r, "reduce op", static_cast<int>(ReduceOp::kBitOr));
     const uint32_t dims = r.get<uint32_t>("rank of shape");
     if (dims > kMaxDims) r.fail("rank of shape", std::to_string(dims) + " dimensions");
-    for (uint32_t d = 0; d < dims; ++d) s.shape.push_back(r.get<int64_t>("dimension"));
+    for (uint32_t d = 0; d < dims; ++d) {
+      const int64_t extent = r.get<int64_t>("dimension");
+      if (extent < 0) r.fail("dimension", "negative extent " + std::to_string(extent));
+      s.shape.push_back(extent);
+    }
     s.root = r.get<int32_t>("root");
     s.prescale = r.get<double>("prescale");
     s.postscale = r.get<double>("postscale");
+    // Found by fuzz_wire: a NaN scale passed decoding, then differed from itself in every
+    // comparison (a "mismatch" of a tensor with itself) and would poison the reduction.
+    if (!std::isfinite(s.prescale)) r.fail("prescale", "not a finite number");
+    if (!std::isfinite(s.postscale)) r.fail("postscale", "not a finite number");
     s.group = r.get<int32_t>("group");
     s.group_size = r.get<int32_t>("group size");
     s.process_set = r.get<int32_t>("process set");

@@ -22,9 +22,13 @@ void write_config(const std::string& path, const KnobValues& knobs, const std::s
 
 KnobValues read_config(const std::string& path) {
   const std::vector<char> bytes = read_file(path);
+  return parse_config(std::string(bytes.begin(), bytes.end()), path);
+}
+
+KnobValues parse_config(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(bytes.begin(), bytes.end());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgument("--config " + path + ": not valid JSON (" + e.what() + ")");
   }

@@ -19,6 +19,8 @@ void write_config(const std::string& path, const KnobValues& knobs, const std::s
 // file is unreadable, not JSON, lacks "knobs", names a knob the registry does not have, or gives
 // a value that is not a string or number. The values themselves are checked by the knob parser.
 KnobValues read_config(const std::string& path);
+// The same from the file's text (`path` names it in errors). Pure: the fuzz target's entry.
+KnobValues parse_config(const std::string& text, const std::string& path);
 // Sets each knob of `path` in this process's environment unless it is already set there, before
 // tessera initialises (rank 0's environment is then every rank's). Returns what it set.
 KnobValues apply_config_to_environment(const std::string& path);

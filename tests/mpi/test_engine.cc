@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -533,6 +534,12 @@ TEST_F(EngineTest, BadInputIsRefusedAtTheCall) {
   EXPECT_THROW(engine.enqueue_allreduce("neg", x, y, DataType::kFloat32, {-4}), InvalidArgument);
   int32_t i[4];
   EXPECT_THROW(engine.enqueue_allreduce("iavg", i, i, DataType::kInt32, {4}, ReduceOp::kAverage),
+               InvalidArgument);
+  // A NaN scale would differ from itself in every comparison (found by fuzz_wire).
+  EXPECT_THROW(engine.enqueue_allreduce("nan", x, y, DataType::kFloat32, {4}, ReduceOp::kSum,
+                                        std::nan("")),
+               InvalidArgument);
+  EXPECT_THROW(engine.enqueue_allreduce(kJoinName, x, y, DataType::kFloat32, {4}),
                InvalidArgument);
   // Other tensors are unaffected by the refusals.
   float a = 1, b = 0;
