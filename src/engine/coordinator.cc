@@ -1,16 +1,14 @@
 #include "engine/coordinator.h"
 
+#include "common/agreement.h"
 #include "common/error.h"
 
 namespace tessera {
 namespace engine {
 namespace {
 
-std::string join_ranks(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
-  return s;
-}
+// The same wording as every other rank list in tessera's messages.
+std::string join_ranks(const std::vector<int>& ranks) { return rank_list(ranks); }
 
 }  // namespace
 

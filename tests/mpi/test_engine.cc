@@ -536,11 +536,10 @@ TEST_F(EngineTest, BadInputIsRefusedAtTheCall) {
   EXPECT_THROW(engine.enqueue_allreduce("iavg", i, i, DataType::kInt32, {4}, ReduceOp::kAverage),
                InvalidArgument);
   // A NaN scale would differ from itself in every comparison (found by fuzz_wire).
-  EXPECT_THROW(engine.enqueue_allreduce("nan", x, y, DataType::kFloat32, {4}, ReduceOp::kSum,
-                                        std::nan("")),
-               InvalidArgument);
-  EXPECT_THROW(engine.enqueue_allreduce(kJoinName, x, y, DataType::kFloat32, {4}),
-               InvalidArgument);
+  EXPECT_THROW(
+      engine.enqueue_allreduce("nan", x, y, DataType::kFloat32, {4}, ReduceOp::kSum, std::nan("")),
+      InvalidArgument);
+  EXPECT_THROW(engine.enqueue_allreduce(kJoinName, x, y, DataType::kFloat32, {4}), InvalidArgument);
   // Other tensors are unaffected by the refusals.
   float a = 1, b = 0;
   engine.enqueue_allreduce("fine", &a, &b, DataType::kFloat32, {1}, ReduceOp::kSum).wait(30);
