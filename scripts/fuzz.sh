@@ -8,6 +8,8 @@
 set -uo pipefail
 bin=$1 corpus=$2 work=$3 seconds=$4
 mkdir -p "$work/new"
+here=$(cd "$(dirname "$0")/.." && pwd)
+export LSAN_OPTIONS=suppressions=$here/tests/fuzz/lsan.supp:print_suppressions=0
 "$bin" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
   -artifact_prefix="$work/" "$work/new" "$corpus" > "$work/log" 2>&1
 rc=$?

@@ -1,9 +1,9 @@
 #include "data/dataset.h"
 
 #include <filesystem>
-#include <fstream>
 
 #include "common/error.h"
+#include "data/lists.h"
 
 namespace tessera {
 namespace data {
@@ -19,16 +19,8 @@ const char* const kVocClasses[] = {
 // ROOT/classes.txt if present (one name per line, blank lines skipped), else empty.
 std::vector<std::string> read_class_file(const std::string& root) {
   const fs::path p = fs::path(root) / "classes.txt";
-  std::vector<std::string> names;
-  if (!fs::exists(p)) return names;
-  std::ifstream in(p);
-  std::string line;
-  while (std::getline(in, line)) {
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-    if (!line.empty()) names.push_back(line);
-  }
-  TESSERA_CHECK(!names.empty(), "'", p.string(), "' names no class");
-  return names;
+  if (!fs::exists(p)) return {};
+  return parse_class_names(read_text_file(p.string(), "class file"), p.string());
 }
 
 }  // namespace

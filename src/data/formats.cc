@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.h"
+#include "data/lists.h"
 
 namespace tessera {
 namespace data {
@@ -26,12 +25,6 @@ void require_dir(const fs::path& p, const char* what) {
 
 void require_file(const fs::path& p, const char* what) {
   TESSERA_CHECK(fs::is_regular_file(p), what, " '", p.string(), "' is missing");
-}
-
-std::string trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
 }
 
 }  // namespace
@@ -63,29 +56,16 @@ SampleList list_folder(const std::string& root) {
 
 SampleList list_csv(const std::string& manifest) {
   require_file(manifest, "manifest");
-  std::ifstream in(manifest);
   const fs::path base = fs::path(manifest).parent_path();
   SampleList out;
-  std::string line;
   int64_t max_label = -1;
-  for (int n = 1; std::getline(in, line); ++n) {
-    line = trim(line);
-    if (line.empty() || (n == 1 && line == "path,label")) continue;
-    const size_t comma = line.rfind(',');
-    TESSERA_CHECK(comma != std::string::npos && comma > 0, manifest, ":", n,
-                  ": expected 'path,label', got '", line, "'");
-    const std::string path = trim(line.substr(0, comma)), label = trim(line.substr(comma + 1));
-    char* end = nullptr;
-    const long long v = std::strtoll(label.c_str(), &end, 10);
-    TESSERA_CHECK(!label.empty() && *end == '\0' && v >= 0, manifest, ":", n, ": label '", label,
-                  "' is not an integer >= 0");
-    fs::path p(path);
+  for (const ManifestEntry& e : parse_manifest(read_text_file(manifest, "manifest"), manifest)) {
+    fs::path p(e.path);
     if (p.is_relative()) p = base / p;
-    require_file(p, (manifest + ":" + std::to_string(n) + ": image").c_str());
-    out.samples.push_back({p.string(), "", v});
-    max_label = std::max<int64_t>(max_label, v);
+    require_file(p, (manifest + ":" + std::to_string(e.line) + ": image").c_str());
+    out.samples.push_back({p.string(), "", e.label});
+    max_label = std::max(max_label, e.label);
   }
-  TESSERA_CHECK(!out.samples.empty(), "manifest '", manifest, "' lists no samples");
   for (int64_t c = 0; c <= max_label; ++c) out.classes.push_back(std::to_string(c));
   return out;
 }
@@ -94,19 +74,15 @@ SampleList list_voc(const std::string& root, const std::string& split) {
   require_dir(root, "VOC folder");
   const fs::path list = fs::path(root) / "ImageSets" / "Segmentation" / (split + ".txt");
   require_file(list, "VOC split file");
-  std::ifstream in(list);
   SampleList out;
-  std::string id;
-  while (std::getline(in, id)) {
-    id = trim(id);
-    if (id.empty()) continue;
+  for (const std::string& id :
+       parse_split(read_text_file(list.string(), "VOC split file"), list.string())) {
     const fs::path image = fs::path(root) / "JPEGImages" / (id + ".jpg");
     const fs::path mask = fs::path(root) / "SegmentationClass" / (id + ".png");
     require_file(image, "VOC image");
     require_file(mask, "VOC mask");
     out.samples.push_back({image.string(), mask.string(), -1});
   }
-  TESSERA_CHECK(!out.samples.empty(), "VOC split file '", list.string(), "' lists no ids");
   return out;
 }
 

@@ -26,6 +26,9 @@ void write_state_dict(const StateDict& dict, const std::string& path);
 // Reads a torch.save'd dict of tensors (a state_dict, or a dict holding one under "state_dict"
 // or "model"). Throws InvalidArgument naming the file and what was wrong.
 StateDict read_state_dict(const std::string& path);
+// The same from the file's bytes (`path` only names it in messages): what read_state_dict does
+// after reading the file, and the fuzz target's entry (tests/fuzz/fuzz_state_dict.cc).
+StateDict parse_state_dict(const std::string& bytes, const std::string& path);
 
 struct LoadReport {
   std::vector<std::string> loaded;

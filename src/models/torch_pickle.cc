@@ -6,10 +6,14 @@
 // records data/<key> of the archive. That subset is what this reader accepts; anything else is
 // an error naming the opcode, never a guess.
 #include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 
 #include "common/error.h"
 #include "models/state_dict.h"
@@ -45,6 +49,23 @@ struct Value {
   std::vector<std::pair<ValuePtr, ValuePtr>> entries;  // dict
   torch::ScalarType dtype = torch::kFloat;             // storage
   torch::Tensor tensor;                                // storage bytes (u8) or a tensor
+};
+
+// The archive's bytes for PyTorchStreamReader. libtorch's MemoryReadAdapter copies whatever
+// range it is asked for; a damaged archive can ask past the end, so this one clamps.
+class BytesAdapter final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BytesAdapter(const std::string& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size()) return 0;
+    n = std::min<uint64_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::string& bytes_;
 };
 
 ValuePtr make(Value::Kind k) {
@@ -348,17 +369,24 @@ class Reader {
 }  // namespace
 
 StateDict read_state_dict(const std::string& path) {
-  {
-    std::ifstream probe(path, std::ios::binary);
-    TESSERA_CHECK(probe.good(), "cannot read weights from '", path,
-                  "': no such file or unreadable");
-  }
+  std::ifstream in(path, std::ios::binary);
+  TESSERA_CHECK(in.good(), "cannot read weights from '", path, "': no such file or unreadable");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return parse_state_dict(bytes.str(), path);
+}
+
+StateDict parse_state_dict(const std::string& bytes, const std::string& path) {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive;
   try {
-    archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+    archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
+        std::make_shared<BytesAdapter>(bytes));
   } catch (const c10::Error& e) {
     throw InvalidArgument("'" + path + "' is not a PyTorch zip archive (torch.save since 1.6 or " +
                           "tessera export), or it is truncated: " + e.what_without_backtrace());
+  } catch (const std::exception& e) {  // libtorch's zip reader throws std:: errors too
+    throw InvalidArgument("'" + path + "' is not a PyTorch zip archive (torch.save since 1.6 or " +
+                          "tessera export), or it is truncated: " + e.what());
   }
   TESSERA_CHECK(archive->hasRecord("data.pkl"), "'", path,
                 "' has no data.pkl: not a torch.save file");
@@ -368,6 +396,8 @@ StateDict read_state_dict(const std::string& path) {
     std::tie(data, size) = archive->getRecord("data.pkl");
   } catch (const c10::Error& e) {
     throw InvalidArgument("'" + path + "': cannot read data.pkl: " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw InvalidArgument("'" + path + "': cannot read data.pkl: " + e.what());
   }
   Reader reader(path, *archive, static_cast<const char*>(data.get()), size);
   ValuePtr root;
@@ -375,6 +405,10 @@ StateDict read_state_dict(const std::string& path) {
     root = reader.run();
   } catch (const c10::Error& e) {
     throw InvalidArgument("'" + path + "' is damaged: " + e.what_without_backtrace());
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw InvalidArgument("'" + path + "' is damaged: " + e.what());
   }
   TESSERA_CHECK(root->kind == Value::Kind::kDict, "'", path,
                 "' does not hold a dict of tensors (a state_dict)");

@@ -71,6 +71,13 @@ CheckpointMeta restore_checkpoint(const std::string& bytes, const std::string& s
   } catch (const c10::Error& e) {
     throw InvalidArgument("checkpoint '" + source + "' is truncated or damaged (" +
                           e.what_without_backtrace() + "); it was not loaded");
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (const std::exception& e) {
+    // libtorch's reader also throws plain std::runtime_error (its TorchScript type parser, on a
+    // damaged type name: found by tests/fuzz/fuzz_checkpoint.cc).
+    throw InvalidArgument("checkpoint '" + source + "' is truncated or damaged (" + e.what() +
+                          "); it was not loaded");
   }
   TESSERA_CHECK(meta.model == expect.model && meta.num_classes == expect.num_classes,
                 "checkpoint '", source, "' holds ", meta.model, " with ", meta.num_classes,
@@ -81,10 +88,17 @@ CheckpointMeta restore_checkpoint(const std::string& bytes, const std::string& s
   } catch (const c10::Error& e) {
     throw InvalidArgument("checkpoint '" + source +
                           "' does not fit the model: " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw InvalidArgument("checkpoint '" + source + "' does not fit the model: " + e.what());
   }
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(rng);
+  try {
+    gen.set_state(rng);
+  } catch (const c10::Error& e) {
+    throw InvalidArgument("checkpoint '" + source + "' holds a damaged random generator state: " +
+                          e.what_without_backtrace());
+  }
   return meta;
 }
 

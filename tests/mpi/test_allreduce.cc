@@ -2,8 +2,12 @@
 // and out of place, at whatever rank count mpirun gave us (CTest runs 1, 2, 3, 4, 5 and 8, and
 // pretend-node splits through TESSERA_RANKS_PER_NODE).
 #include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -162,6 +166,34 @@ TEST_F(AllreduceTest, Hierarchical) {
     return;
   }
   run_matrix(*world_, Algorithm::kHierarchical);
+}
+
+// The node split is the hosts': ranks share a node exactly when they share a host name, with
+// nodes numbered by their first rank. Under scripts/netns_hosts.sh the hosts are network
+// namespaces with their own names, and TESSERA_TEST_EXPECT_NODES says how many there must be,
+// so a launcher that put every rank on one host cannot pass unnoticed.
+TEST_F(AllreduceTest, NodeSplitFollowsTheHosts) {
+  if (knobs().ranks_per_node > 0) GTEST_SKIP() << "pretend nodes (TESSERA_RANKS_PER_NODE)";
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  std::vector<char> all(256 * static_cast<size_t>(world_->size()));
+  ASSERT_EQ(MPI_Allgather(name, 256, MPI_CHAR, all.data(), 256, MPI_CHAR, MPI_COMM_WORLD),
+            MPI_SUCCESS);
+  std::vector<std::string> hosts, first_seen;
+  for (int r = 0; r < world_->size(); ++r) hosts.emplace_back(&all[256 * static_cast<size_t>(r)]);
+  for (const std::string& h : hosts) {
+    if (std::find(first_seen.begin(), first_seen.end(), h) == first_seen.end()) {
+      first_seen.push_back(h);
+    }
+  }
+  const std::string& mine = hosts[static_cast<size_t>(world_->rank())];
+  EXPECT_EQ(world_->num_nodes(), static_cast<int>(first_seen.size()));
+  EXPECT_EQ(world_->node_index(),
+            std::find(first_seen.begin(), first_seen.end(), mine) - first_seen.begin());
+  EXPECT_EQ(world_->local_size(), std::count(hosts.begin(), hosts.end(), mine));
+  if (const char* expect = std::getenv("TESSERA_TEST_EXPECT_NODES")) {
+    EXPECT_EQ(world_->num_nodes(), std::atoi(expect)) << "host " << mine;
+  }
 }
 
 TEST_F(AllreduceTest, MulticolorWithEveryColorCount) {

@@ -1,0 +1,63 @@
+// libFuzzer target: loading a checkpoint (train/checkpoint.h) into a small model with an
+// optimizer that has state (SGD with momentum, so the optimizer archive is not empty). Any bytes
+// must load or fail with InvalidArgument naming the file; nothing else may escape.
+// The seed in tests/fuzz/corpus/checkpoint is this model's own checkpoint after one step:
+// TESSERA_FUZZ_WRITE_SEED=PATH fuzz_checkpoint writes it and exits.
+#include <torch/torch.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+
+#include "common/error.h"
+#include "train/checkpoint.h"
+
+namespace {
+
+struct Target {
+  torch::nn::Sequential model{torch::nn::Conv2d(torch::nn::Conv2dOptions(2, 3, 3)),
+                              torch::nn::BatchNorm2d(3), torch::nn::Flatten(),
+                              torch::nn::Linear(3 * 2 * 2, 2)};
+  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)};
+  tessera::train::CheckpointMeta meta{};
+
+  Target() {
+    torch::manual_seed(1);
+    meta.model = "fuzz_net";
+    meta.num_classes = 2;
+    meta.image_size = 4;
+    meta.step = 1;
+    optimizer.zero_grad();
+    model->forward(torch::randn({2, 2, 4, 4})).sum().backward();
+    optimizer.step();
+  }
+};
+
+Target& target() {
+  static Target* t = new Target();  // kept for the process: libFuzzer calls in a loop
+  return *t;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  torch::set_num_threads(1);
+  if (const char* path = std::getenv("TESSERA_FUZZ_WRITE_SEED")) {
+    Target& t = target();
+    std::ofstream(path, std::ios::binary)
+        << tessera::train::encode_checkpoint(*t.model, t.optimizer, t.meta);
+    std::exit(0);
+  }
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Target& t = target();
+  try {
+    (void)tessera::train::restore_checkpoint(std::string(reinterpret_cast<const char*>(data), size),
+                                             "fuzz.pt", t.meta, *t.model, t.optimizer);
+  } catch (const tessera::InvalidArgument&) {
+  }
+  return 0;
+}
