@@ -26,8 +26,13 @@ build: bootstrap
 	  (cat $(BUILD)/configure.log; exit 1)
 	@cmake --build $(BUILD) -j$(JOBS) -- --no-print-directory
 
+# Then the reliability builds of docs/reliability.md: ASan+UBSan and TSan of the parts that do
+# not link libtorch (unit and multi-rank tests), and every fuzz target for FUZZ_SECONDS.
+FUZZ_SECONDS ?= 20
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 1800
+	bash scripts/sanitize.sh all $(BUILD)-san
+	bash scripts/fuzz_all.sh $(FUZZ_SECONDS) $(BUILD)-fuzz
 
 # The main job on the built-in default: DeepLab-v3+ (ResNet-18 backbone) learns to segment a
 # synthetic shapes data set on 2 ranks, ending with its mIoU (4 classes: chance is about 0.25) and
@@ -49,4 +54,4 @@ demo: build
 	  --metrics $(DEMO_DIR)/metrics.jsonl --checkpoint $(DEMO_DIR)/checkpoint.pt
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BUILD)-san $(BUILD)-fuzz

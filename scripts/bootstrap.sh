@@ -19,6 +19,9 @@ PACKAGES=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
   # the fuzz targets: clang with libFuzzer and compiler-rt (tests/fuzz, scripts/fuzz.sh)
   clang libclang-rt-14-dev
+  # several "hosts" on one machine: network namespaces, veth and a bridge (ip), UTS namespaces
+  # (unshare), host names (scripts/netns_hosts.sh, the multihost_* tests)
+  iproute2 util-linux hostname
   # python reference (PyTorch DDP over gloo) for side-by-side benchmarks; torchvision checks
   # that weights interchange with its ResNets
   python3 python3-torch python3-torchvision
