@@ -127,7 +127,7 @@ int run_export(const ExportOptions& o) {
   if (!o.checkpoint.empty() && o.num_classes == 0) {
     // Take the number of classes from the checkpoint itself.
     torch::serialize::InputArchive a;
-    std::istringstream is(bytes);
+    std::istringstream is(train::checkpoint_archive(bytes, o.checkpoint));
     try {
       a.load_from(is);
       c10::IValue v;
@@ -135,6 +135,9 @@ int run_export(const ExportOptions& o) {
     } catch (const c10::Error& e) {
       throw InvalidArgument("checkpoint '" + o.checkpoint + "' is truncated or damaged (" +
                             e.what_without_backtrace() + ")");
+    } catch (const std::exception& e) {
+      throw InvalidArgument("checkpoint '" + o.checkpoint + "' is truncated or damaged (" +
+                            e.what() + ")");
     }
   }
   models::Model model = models::make_model(spec);

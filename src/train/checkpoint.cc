@@ -14,8 +14,50 @@ namespace train {
 namespace {
 
 constexpr const char* kFormat = "tessera-checkpoint-1";
+constexpr size_t kEnvelope = 32;
+
+uint64_t fnv1a64(const char* p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= static_cast<uint8_t>(p[i]);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+void put_u64(std::string& out, uint64_t v) {
+  for (int k = 0; k < 8; ++k) out += static_cast<char>((v >> (8 * k)) & 0xff);
+}
+
+uint64_t get_u64(const char* p) {
+  uint64_t v = 0;
+  for (int k = 0; k < 8; ++k) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[k])) << (8 * k);
+  return v;
+}
 
 }  // namespace
+
+std::string checkpoint_archive(const std::string& bytes, const std::string& source) {
+  if (bytes.size() >= 4 && bytes.compare(0, 4, "PK\x03\x04") == 0) {
+    throw InvalidArgument("checkpoint '" + source +
+                          "' was written by an older tessera (a bare archive without the "
+                          "checksummed envelope of " +
+                          kCheckpointMagic +
+                          "); it cannot be checked for damage, so it is not loaded");
+  }
+  TESSERA_CHECK(
+      bytes.size() >= kEnvelope && bytes.compare(0, 16, std::string(kCheckpointMagic, 16)) == 0,
+      "checkpoint '", source, "' is not a tessera checkpoint (", kCheckpointMagic,
+      ") or is truncated before its header");
+  const uint64_t length = get_u64(bytes.data() + 16), digest = get_u64(bytes.data() + 24);
+  TESSERA_CHECK(length == bytes.size() - kEnvelope, "checkpoint '", source,
+                "' is truncated or damaged: its header says ", length,
+                " bytes of archive, the file holds ", bytes.size() - kEnvelope,
+                "; it was not loaded");
+  TESSERA_CHECK(fnv1a64(bytes.data() + kEnvelope, length) == digest, "checkpoint '", source,
+                "' is truncated or damaged: its checksum does not match; it was not loaded");
+  return bytes.substr(kEnvelope);
+}
 
 std::string encode_checkpoint(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
                               const CheckpointMeta& meta) {
@@ -33,7 +75,11 @@ std::string encode_checkpoint(torch::nn::Module& module, torch::optim::Optimizer
   archive.write("optimizer", optim);
   std::ostringstream os;
   archive.save_to(os);
-  return os.str();
+  const std::string zip = os.str();
+  std::string out(kCheckpointMagic, 16);
+  put_u64(out, zip.size());
+  put_u64(out, fnv1a64(zip.data(), zip.size()));
+  return out + zip;
 }
 
 void write_checkpoint(const std::string& path, torch::nn::Module& module,
@@ -50,8 +96,8 @@ CheckpointMeta restore_checkpoint(const std::string& bytes, const std::string& s
   c10::IValue v;
   torch::Tensor rng;
   torch::serialize::InputArchive model, optim;
+  std::istringstream is(checkpoint_archive(bytes, source));
   try {
-    std::istringstream is(bytes);
     archive.load_from(is);
     TESSERA_CHECK(archive.try_read("format", v) && v.isString() && v.toStringRef() == kFormat,
                   "checkpoint '", source, "' is not a tessera checkpoint (", kFormat, ")");

@@ -21,7 +21,16 @@ struct CheckpointMeta {
   int64_t epoch = 0;  // epoch of the next step
 };
 
-// The checkpoint as bytes (libtorch's archive format).
+// The checkpoint as bytes: a 32-byte envelope (kCheckpointMagic, the archive's length and its
+// FNV-1a 64 digest, little-endian) around libtorch's archive. The digest is checked before
+// libtorch sees a byte: libtorch's reader crashes (SIGSEGV in its TorchScript type parser) on
+// some damaged archives (found by tests/fuzz/fuzz_checkpoint.cc), so a damaged file must be
+// refused by tessera. It detects damage, not tampering: a checkpoint is trusted input, as
+// torch.load's pickles are.
+constexpr char kCheckpointMagic[16] = "TESSERA-CKPT-v2";  // 15 characters and a NUL
+// The archive inside a checkpoint's bytes, after checking the envelope; a truncated or damaged
+// file, or one written before the envelope existed, is an InvalidArgument naming `source`.
+std::string checkpoint_archive(const std::string& bytes, const std::string& source);
 std::string encode_checkpoint(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
                               const CheckpointMeta& meta);
 void write_checkpoint(const std::string& path, torch::nn::Module& module,

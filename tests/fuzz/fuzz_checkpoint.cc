@@ -1,6 +1,10 @@
 // libFuzzer target: loading a checkpoint (train/checkpoint.h) into a small model with an
 // optimizer that has state (SGD with momentum, so the optimizer archive is not empty). Any bytes
 // must load or fail with InvalidArgument naming the file; nothing else may escape.
+// This target found that libtorch 1.13's archive reader crashes (SIGSEGV in its TorchScript type
+// parser) on some damaged archives, as upstream fuzzing did (pytorch/pytorch#94815, #102156,
+// fixed after 1.13): so checkpoints carry a checksummed envelope, and a mutated input is refused
+// before libtorch reads it. What this target exercises now is that envelope.
 // The seed in tests/fuzz/corpus/checkpoint is this model's own checkpoint after one step:
 // TESSERA_FUZZ_WRITE_SEED=PATH fuzz_checkpoint writes it and exits.
 #include <torch/torch.h>

@@ -237,6 +237,26 @@ TEST(Checkpoint, RoundTripRestoresModelOptimizerAndRng) {
   train::CheckpointMeta other = meta;
   other.model = "resnet50";
   EXPECT_THROW(train::restore_checkpoint(bytes, "x.pt", other, m2.module(), sgd2), InvalidArgument);
+  // One flipped bit anywhere in the archive is caught by the envelope's checksum before
+  // libtorch reads it (libtorch's reader can crash on damaged archives); so is a bare archive.
+  for (size_t at : {size_t{40}, bytes.size() / 3, bytes.size() - 1}) {
+    std::string damaged = bytes;
+    damaged[at] = static_cast<char>(damaged[at] ^ 0x10);
+    try {
+      train::restore_checkpoint(damaged, "flip.pt", meta, m2.module(), sgd2);
+      FAIL() << "a flipped bit at " << at << " loaded";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("checksum does not match"), std::string::npos)
+          << e.what();
+    }
+  }
+  try {
+    train::restore_checkpoint(bytes.substr(32), "old.pt", meta, m2.module(), sgd2);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("written by an older tessera"), std::string::npos)
+        << e.what();
+  }
 }
 
 // A process killed (SIGKILL) at random moments while it writes checkpoints over and over: the
@@ -255,11 +275,13 @@ TEST(Checkpoint, AKillDuringAWriteLeavesThePreviousCheckpointLoadable) {
   meta.num_classes = 3;
   meta.step = 0;
   train::write_checkpoint(path, m.module(), sgd, meta);
-  // How long one write takes here, so the kills land across whole writes.
-  const auto t0 = std::chrono::steady_clock::now();
+  // How long the file part of one write takes here (encoding comes before it, without a
+  // temporary file), so the kills can be aimed at it.
   meta.step = 1;
-  train::write_checkpoint(path, m.module(), sgd, meta);
-  const double write_s =
+  const std::string one = train::encode_checkpoint(m.module(), sgd, meta);
+  const auto t0 = std::chrono::steady_clock::now();
+  write_file_atomically(path, one.data(), one.size());
+  const double file_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::mt19937 rng(5);
   int mid_write = 0;
@@ -275,13 +297,19 @@ TEST(Checkpoint, AKillDuringAWriteLeavesThePreviousCheckpointLoadable) {
         train::write_checkpoint(path, m.module(), sgd, meta);
       }
     }
-    std::uniform_real_distribution<double> when(0.5 * write_s, 3.5 * write_s);
+    // Wait for the child's temporary file to appear, then kill it at a random moment of the
+    // file write or just after it (a kill after the rename must leave the new checkpoint).
+    const std::string tmp = path + ".tmp." + std::to_string(child);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!std::ifstream(tmp).good() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    std::uniform_real_distribution<double> when(0.0, 1.5 * file_s);
     std::this_thread::sleep_for(std::chrono::duration<double>(when(rng)));
     kill(child, SIGKILL);
     int status = 0;
     waitpid(child, &status, 0);
     ASSERT_TRUE(WIFSIGNALED(status));
-    const std::string tmp = path + ".tmp." + std::to_string(child);
     if (std::ifstream(tmp).good()) {
       ++mid_write;
       std::remove(tmp.c_str());
@@ -296,7 +324,7 @@ TEST(Checkpoint, AKillDuringAWriteLeavesThePreviousCheckpointLoadable) {
     EXPECT_GE(got.step, last_step) << "a checkpoint went backwards";
     last_step = got.step;
   }
-  // Most kills land inside a write (the temporary file is left); one at least must have.
+  // Most kills land inside the file write (the temporary file is left); one at least must.
   EXPECT_GE(mid_write, 1) << "no kill landed inside a write";
   std::printf("%d of %d kills landed inside a write; the checkpoint loaded after every one\n",
               mid_write, kTrials);
