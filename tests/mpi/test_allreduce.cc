@@ -108,6 +108,12 @@ size_t check(const Buf& out, size_t count, ReduceOp op, int n, const std::string
 
 class AllreduceTest : public testing::WorldTest {};
 
+// TESSERA_TEST_LARGEST_ONCE=1: a test-only switch, set by scripts/sanitize.sh.
+bool largest_once() {
+  const char* v = std::getenv("TESSERA_TEST_LARGEST_ONCE");
+  return v != nullptr && std::string(v) == "1";
+}
+
 void run_matrix(Communicator& comm, Algorithm algorithm) {
   const int n = comm.size();
   const int r = comm.rank();
@@ -128,6 +134,12 @@ void run_matrix(Communicator& comm, Algorithm algorithm) {
         // Bitwise ops share the integer data path; the small counts already reach its multi-
         // segment and multi-piece paths, and checking 2^20 elements per op is most of the time.
         if (bitwise && count >= (size_t{1} << 20)) continue;
+        // The sanitizer builds (scripts/sanitize.sh) run the largest count once per algorithm,
+        // f32 sum: the same default-segment code, at a tenth of the time under ASan and TSan.
+        if (largest_once() && count >= (size_t{1} << 20) &&
+            (dt != DataType::kFloat32 || op != ReduceOp::kSum)) {
+          continue;
+        }
         opts.op = op;
         Buf in(dt, count), out(dt, count);
         for (size_t i = 0; i < count; ++i) in.set(i, value(op, r, i));
