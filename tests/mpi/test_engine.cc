@@ -501,10 +501,16 @@ TEST_F(EngineTest, ARankThatFinishesEarlyLeavesAnErrorNamingWhatItNeverEnqueued)
   Engine engine(*world_, fast());
   float x = 1, y = 0;
   engine.enqueue_allreduce("step0.grad", &x, &y, DataType::kFloat32, {1}).wait(30);
+  // "ready" is enqueued after step1.grad on the other ranks, so once it completes the
+  // coordinator holds every other rank's step1.grad request: the shutdown cannot overtake one
+  // (across hosts it did: rank 0's own request had not been read when the shutdown came).
+  float z = 1, w = 0;
   if (r == n - 1) {
+    engine.enqueue_allreduce("ready", &z, &w, DataType::kFloat32, {1}).wait(30);
     engine.shutdown("rank " + std::to_string(r) + " finished its steps");
   } else {
     Handle h = engine.enqueue_allreduce("step1.grad", &x, &y, DataType::kFloat32, {1});
+    engine.enqueue_allreduce("ready", &z, &w, DataType::kFloat32, {1}).wait(30);
     const std::string what = what_of(h);
     std::string others;
     for (int q = 0; q + 1 < n; ++q) others += (q ? ", " : "") + std::to_string(q);
