@@ -8,17 +8,11 @@
 #include "comm/topology.h"
 #include "common/error.h"
 #include "common/knobs.h"
+#include "common/strings.h"
 
 namespace tessera {
 namespace comm {
 namespace {
-
-std::string trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  const size_t e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
 
 [[noreturn]] void bad_clause(const std::string& text, const std::string& clause,
                              const std::string& why) {

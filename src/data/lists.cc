@@ -6,16 +6,14 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace tessera {
 namespace data {
 namespace {
 
-std::string trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
+// White space around fields and ids, with the \r of Windows line ends.
+constexpr const char* kLineSpace = " \t\r\n";
 
 // Line `n` of `source` for messages: printable, and short enough for one line.
 std::string quoted(const std::string& line) {
@@ -40,12 +38,13 @@ void for_each_line(const std::string& text, const std::string& source, F f) {
 std::vector<ManifestEntry> parse_manifest(const std::string& text, const std::string& source) {
   std::vector<ManifestEntry> out;
   for_each_line(text, source, [&](int n, const std::string& raw) {
-    const std::string line = trim(raw);
+    const std::string line = trim(raw, kLineSpace);
     if (line.empty() || (n == 1 && line == "path,label")) return;
     const size_t comma = line.rfind(',');
     TESSERA_CHECK(comma != std::string::npos, source, ":", n, ": expected 'path,label', got ",
                   quoted(line));
-    const std::string path = trim(line.substr(0, comma)), label = trim(line.substr(comma + 1));
+    const std::string path = trim(line.substr(0, comma), kLineSpace),
+                      label = trim(line.substr(comma + 1), kLineSpace);
     TESSERA_CHECK(!path.empty(), source, ":", n, ": the path before the label is empty in ",
                   quoted(line));
     errno = 0;
@@ -62,7 +61,7 @@ std::vector<ManifestEntry> parse_manifest(const std::string& text, const std::st
 std::vector<std::string> parse_split(const std::string& text, const std::string& source) {
   std::vector<std::string> out;
   for_each_line(text, source, [&](int n, const std::string& raw) {
-    const std::string id = trim(raw);
+    const std::string id = trim(raw, kLineSpace);
     if (id.empty()) return;
     TESSERA_CHECK(id.find_first_of("/\\") == std::string::npos && id != "." && id != "..", source,
                   ":", n, ": id ", quoted(id),

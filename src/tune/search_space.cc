@@ -6,16 +6,11 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace tessera {
 namespace tune {
 namespace {
-
-std::string trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
 
 [[noreturn]] void bad(const std::string& field, const std::string& value, const std::string& why) {
   throw InvalidArgument("TESSERA_AUTOTUNE_BOUNDS field '" + field + "' = '" + value + "': " + why +
