@@ -6,28 +6,16 @@
 
 #include "common/agreement.h"
 #include "common/error.h"
+#include "common/strings.h"
 #include "engine/engine.h"
 #include "tessera/torch.h"
 
 namespace tessera {
-namespace {
-
-// FNV-1a: the same digest on every machine (std::hash is not promised to be).
-int64_t digest(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return static_cast<int64_t>(h);
-}
-
-}  // namespace
 
 void verify_across_ranks(const std::string& what, const std::string& description, int process_set) {
   static int64_t calls = 0;  // every rank calls in the same order: names match
   const std::string name = "tessera.verify." + what + "." + std::to_string(calls++);
-  const int64_t d = digest(description);
+  const int64_t d = static_cast<int64_t>(fnv1a64(description));
   // max(d) and max(~d) = ~min(d) in one allreduce: equal exactly when every rank has d.
   torch::Tensor both = torch::tensor({d, ~d}, torch::kInt64);
   allreduce_(both, name, ReduceOp::kMax, process_set);

@@ -7,6 +7,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/strings.h"
 #include "torch/optimizer_state.h"
 
 namespace tessera {
@@ -15,15 +16,6 @@ namespace {
 
 constexpr const char* kFormat = "tessera-checkpoint-1";
 constexpr size_t kEnvelope = 32;
-
-uint64_t fnv1a64(const char* p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= static_cast<uint8_t>(p[i]);
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 void put_u64(std::string& out, uint64_t v) {
   for (int k = 0; k < 8; ++k) out += static_cast<char>((v >> (8 * k)) & 0xff);
@@ -77,9 +69,11 @@ std::string encode_checkpoint(torch::nn::Module& module, torch::optim::Optimizer
   archive.save_to(os);
   const std::string zip = os.str();
   std::string out(kCheckpointMagic, 16);
+  out.reserve(kEnvelope + zip.size());  // one copy of the archive, not two
   put_u64(out, zip.size());
-  put_u64(out, fnv1a64(zip.data(), zip.size()));
-  return out + zip;
+  put_u64(out, fnv1a64(zip));
+  out += zip;
+  return out;
 }
 
 void write_checkpoint(const std::string& path, torch::nn::Module& module,
