@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -28,6 +30,29 @@ struct Buf {
     return one.at(0);
   }
 };
+
+// A small integer in [0, 31] from a hash of (salt, rank, index). Inputs built from it never
+// repeat along a buffer, so a chunk or segment placed at a wrong offset reads other values and
+// fails (inputs that repeat every k elements pass any shift by a multiple of k); sums of 8 of
+// them stay below 256, exact in every dtype (u8 and bf16 included).
+inline unsigned hashed_small(unsigned salt, int rank, size_t index) {
+  uint64_t z = (static_cast<uint64_t>(index) << 8) + static_cast<uint64_t>(rank) +
+               (static_cast<uint64_t>(salt) << 56) + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;  // splitmix64's finaliser
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<unsigned>((z ^ (z >> 31)) & 31u);
+}
+
+// How far a correctly rounded average may be from the exact one: the sum is exact, but dividing
+// (or multiplying by 1/n) rounds once in the accumulation type and once more into a half dtype,
+// so one unit in the last place of `want`. Any other difference is a wrong value.
+inline double average_tolerance(DataType d, double want) {
+  const int bits = d == DataType::kFloat64   ? 52
+                   : d == DataType::kFloat32 ? 23
+                   : d == DataType::kFloat16 ? 10
+                                             : 7;  // bf16
+  return std::ldexp(std::fabs(want), -bits);
+}
 
 const std::vector<DataType> kAllDtypes = {
     DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,

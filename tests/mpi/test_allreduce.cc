@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm/collectives.h"
@@ -23,6 +25,8 @@ namespace comm {
 namespace {
 
 using testing::Buf;
+using testing::average_tolerance;
+using testing::hashed_small;
 using testing::kAllDtypes;
 
 const std::vector<ReduceOp> kOps = {ReduceOp::kSum,  ReduceOp::kAverage, ReduceOp::kMin,
@@ -30,72 +34,77 @@ const std::vector<ReduceOp> kOps = {ReduceOp::kSum,  ReduceOp::kAverage, ReduceO
                                     ReduceOp::kBitOr};
 const std::vector<size_t> kCounts = {0, 1, 7, 1023, 65537, (size_t{1} << 20) + 3};
 
-// A byte whose bits depend on rank and index: AND and OR over ranks differ from both inputs.
-unsigned bits(int r, size_t i) {
-  return static_cast<unsigned>((i * 37 + 11 + 53 * r) % 251) | (1u << (r % 8));
-}
-
-// Rank r's element i for op. Small integers: sums over 8 ranks stay below 256 (u8) and are
-// exact in bf16; products stay below 16.
+// Rank r's element i for op: exact small integers from a hash of (r, i), so no two offsets of
+// a buffer hold the same values (see hashed_small). Sums over 8 ranks stay below 256 (u8, and
+// exact in bf16); products stay below 64 (at most 6 ranks contribute a 2).
 double value(ReduceOp op, int r, size_t i) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
-      return (r + 1) * static_cast<double>(i % 7 + 1);
+      return hashed_small(1, r, i);
     case ReduceOp::kMin:
     case ReduceOp::kMax:
-      return static_cast<double>((r * 3 + i) % 11);
+      return hashed_small(2, r, i);
     case ReduceOp::kProduct:
-      return (i + static_cast<size_t>(r)) % 3 == 0 ? 2 : 1;
+      return r < 6 && hashed_small(3, r, i) % 4 == 0 ? 2 : 1;
     case ReduceOp::kBitAnd:
     case ReduceOp::kBitOr:
-      return static_cast<double>(bits(r, i));
+      // AND and OR over ranks differ from every input: each rank sets its own bit.
+      return static_cast<double>(hashed_small(4, r, i) * 8 | (1u << (r % 8)));
   }
   return 0;
 }
 
-// Closed forms over n ranks.
-double expected(ReduceOp op, int n, size_t i) {
-  const double k = static_cast<double>(i % 7 + 1);
-  switch (op) {
-    case ReduceOp::kSum:
-      return k * n * (n + 1) / 2;
-    case ReduceOp::kAverage:
-      return k * (n + 1) / 2.0;
-    case ReduceOp::kMin:
-    case ReduceOp::kMax: {
-      // (3r + i) mod 11 over r < n: the values {(i + 3r) mod 11}; n <= 11 distinct ones.
-      double best = op == ReduceOp::kMin ? 1e9 : -1e9;
-      for (int r = 0; r < n; ++r) {
-        const double v = static_cast<double>((r * 3 + i) % 11);
-        best = op == ReduceOp::kMin ? std::min(best, v) : std::max(best, v);
+// The reduction over ranks 0..n-1 of value(op, r, i), computed here in exact arithmetic: the
+// sum for kAverage (divided where it is checked). Cached per (op, n, count): the matrix checks
+// each many times over, for every algorithm and dtype.
+const std::vector<double>& expected_all(ReduceOp op, int n, size_t count) {
+  static std::map<std::tuple<int, int, size_t>, std::vector<double>> cache;
+  std::vector<double>& e = cache[{static_cast<int>(op), n, count}];
+  if (e.size() == count) return e;
+  e.assign(count, 0);
+  for (size_t i = 0; i < count; ++i) {
+    double acc = value(op, 0, i);
+    unsigned bits = static_cast<unsigned>(acc);
+    for (int r = 1; r < n; ++r) {
+      const double v = value(op, r, i);
+      switch (op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kAverage:
+          acc += v;
+          break;
+        case ReduceOp::kMin:
+          acc = std::min(acc, v);
+          break;
+        case ReduceOp::kMax:
+          acc = std::max(acc, v);
+          break;
+        case ReduceOp::kProduct:
+          acc *= v;
+          break;
+        case ReduceOp::kBitAnd:
+          bits &= static_cast<unsigned>(v);
+          break;
+        case ReduceOp::kBitOr:
+          bits |= static_cast<unsigned>(v);
+          break;
       }
-      return best;
     }
-    case ReduceOp::kProduct: {
-      // 2 to the number of ranks r < n with (i + r) % 3 == 0.
-      int twos = 0;
-      for (int r = 0; r < n; ++r) twos += (i + static_cast<size_t>(r)) % 3 == 0;
-      return std::ldexp(1.0, twos);
-    }
-    case ReduceOp::kBitAnd:
-    case ReduceOp::kBitOr: {
-      unsigned v = op == ReduceOp::kBitAnd ? 0xFFu : 0u;
-      for (int r = 0; r < n; ++r) v = op == ReduceOp::kBitAnd ? (v & bits(r, i)) : (v | bits(r, i));
-      return static_cast<double>(v);
-    }
+    const bool bitwise = op == ReduceOp::kBitAnd || op == ReduceOp::kBitOr;
+    e[i] = bitwise ? static_cast<double>(bits) : acc;
   }
-  return 0;
+  return e;
 }
 
-// Number of wrong elements; reports the first one.
+// Number of wrong elements; reports the first one. Every op is exact in every dtype except the
+// average's division (average_tolerance).
 size_t check(const Buf& out, size_t count, ReduceOp op, int n, const std::string& what) {
-  const bool half = out.dtype == DataType::kFloat16 || out.dtype == DataType::kBFloat16;
+  const std::vector<double>& all = expected_all(op, n, count);
   size_t wrong = 0;
   for (size_t i = 0; i < count; ++i) {
-    const double want = Buf::as(out.dtype, expected(op, n, i));
+    const double want = Buf::as(out.dtype, op == ReduceOp::kAverage ? all[i] / n : all[i]);
     const double got = out.at(i);
-    const double tol = half ? 1e-2 * std::fabs(want) : 0.0;
+    const double tol = op == ReduceOp::kAverage ? average_tolerance(out.dtype, want) : 0.0;
     if (!(std::fabs(got - want) <= tol)) {
       if (wrong == 0) {
         ADD_FAILURE() << what << ": element " << i << " is " << got << ", expected " << want;
@@ -225,21 +234,41 @@ TEST_F(AllreduceTest, MulticolorWithEveryColorCount) {
 }
 
 // Non-integer inputs whose sum depends on the order of additions: every rank must still end
-// with the same bits, and the same run twice must give the same bits.
+// with the same bits, the same run twice must give the same bits, and every element must be
+// within the rounding bound of its sum computed here in f64 (so a misplaced chunk, which every
+// rank would agree on, still fails).
 TEST_F(AllreduceTest, EveryRankHoldsTheSameBitsAndRunsRepeat) {
   const size_t count = 300001;
   for (Algorithm a : all_algorithms()) {
     if (!world_->uniform_nodes() && a == Algorithm::kHierarchical) continue;
     std::vector<float> in(count), out1(count), out2(count);
-    for (size_t i = 0; i < count; ++i) {
-      in[i] = std::sin(static_cast<float>(i) * 0.37f + static_cast<float>(world_->rank())) * 1e3f;
-    }
+    auto input = [](int rank, size_t i) {
+      return std::sin(static_cast<float>(i) * 0.37f + static_cast<float>(rank)) * 1e3f;
+    };
+    for (size_t i = 0; i < count; ++i) in[i] = input(world_->rank(), i);
     AllreduceOptions opts;
     opts.algorithm = a;
     opts.segment_bytes = 8192;
     allreduce(*world_, in.data(), out1.data(), count, DataType::kFloat32, opts);
     allreduce(*world_, in.data(), out2.data(), count, DataType::kFloat32, opts);
     EXPECT_EQ(std::memcmp(out1.data(), out2.data(), count * 4), 0) << algorithm_name(a);
+    // n - 1 additions in f32, each off by at most 2^-24 of a partial sum <= sum |x|.
+    const int n = world_->size();
+    size_t far = 0;
+    for (size_t i = 0; i < count; ++i) {
+      double exact = 0, magnitude = 0;
+      for (int q = 0; q < n; ++q) {
+        exact += input(q, i);
+        magnitude += std::fabs(input(q, i));
+      }
+      if (!(std::fabs(out1[i] - exact) <= n * std::ldexp(magnitude, -24))) {
+        if (far++ == 0) {
+          ADD_FAILURE() << algorithm_name(a) << ": element " << i << " is " << out1[i]
+                        << ", the f64 sum is " << exact;
+        }
+      }
+    }
+    EXPECT_EQ(far, 0u) << algorithm_name(a);
     // Gather every rank's result and compare bits with rank 0's.
     std::vector<float> all(count * static_cast<size_t>(world_->size()));
     allgather(*world_, out1.data(), all.data(), count, DataType::kFloat32);

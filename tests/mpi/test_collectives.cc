@@ -21,6 +21,8 @@ namespace comm {
 namespace {
 
 using testing::Buf;
+using testing::average_tolerance;
+using testing::hashed_small;
 using testing::kAllDtypes;
 
 const std::vector<size_t> kCounts = {0, 1, 7, 1023, 65537};
@@ -89,30 +91,22 @@ TEST_F(CollectivesTest, ReduceScatterEveryOp) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax}) {
         if (op == ReduceOp::kAverage && !is_floating(dt)) continue;
         Buf in(dt, block * n), out(dt, block);
-        // Element j of rank q: (q + 1) * (j % 7 + 1); sums stay below 256 for n <= 8.
-        for (size_t j = 0; j < block * n; ++j) in.set(j, (r + 1) * static_cast<double>(j % 7 + 1));
+        // Element j of rank q: a hashed small integer (no two offsets alike, so a block sent to
+        // the wrong rank fails); sums stay below 256 for n <= 8.
+        for (size_t j = 0; j < block * n; ++j) in.set(j, hashed_small(5, r, j));
         reduce_scatter(*world_, in.data(), out.data(), block, dt, op, 512);
         for (size_t i = 0; i < block; ++i) {
-          const double k = static_cast<double>((r * block + i) % 7 + 1);
-          double want = 0;
-          switch (op) {
-            case ReduceOp::kSum:
-              want = k * n * (n + 1) / 2;
-              break;
-            case ReduceOp::kAverage:
-              want = k * (n + 1) / 2.0;
-              break;
-            case ReduceOp::kMin:
-              want = k;
-              break;
-            case ReduceOp::kMax:
-              want = k * n;
-              break;
-            default:
-              break;
+          const size_t j = r * block + i;
+          double want = hashed_small(5, 0, j);
+          for (int q = 1; q < n; ++q) {
+            const double v = hashed_small(5, q, j);
+            want = op == ReduceOp::kMin   ? std::min(want, v)
+                   : op == ReduceOp::kMax ? std::max(want, v)
+                                          : want + v;
           }
+          if (op == ReduceOp::kAverage) want /= n;
           want = Buf::as(dt, want);
-          const double tol = dtype_size(dt) == 2 ? 1e-2 * std::fabs(want) : 0;
+          const double tol = op == ReduceOp::kAverage ? average_tolerance(dt, want) : 0;
           ASSERT_NEAR(out.at(i), want, tol)
               << dtype_name(dt) << " " << reduce_op_name(op) << " block " << block << " i " << i;
         }
