@@ -2,7 +2,8 @@
 # Dead-rank trials (docs/reliability.md): run `tessera train` on 4 ranks, kill one rank at a
 # random moment, and check that every other rank ends (non-zero exit, within 30 s) with a line
 # that names the dead rank and what it had in flight, that no process is left, and that
-# `--resume` from the last checkpoint ends on the same bits as an uninterrupted run.
+# `--resume` from the last checkpoint starts from that checkpoint's step and ends on the same
+# bits as an uninterrupted run.
 #
 # Usage: scripts/kill_trials.sh [--trials N] [--signal KILL|STOP] [--seed S] [--np N]
 #                               [--tessera PATH] [--out DIR]
@@ -43,8 +44,10 @@ export OMPI_MCA_mtl=${OMPI_MCA_mtl:-^ofi} OMP_NUM_THREADS=1
 export TESSERA_FUSION_THRESHOLD=0
 
 steps=40
+checkpoint_every=5
 train_args=(train --model resnet18 --image-size 32 --batch-size 4 --steps "$steps"
-            --train-size 512 --val-size 16 --log-every 10 --checkpoint-every 5 --seed 7)
+            --train-size 512 --val-size 16 --log-every 10 --checkpoint-every "$checkpoint_every"
+            --seed 7)
 
 now() { date +%s.%N; }
 elapsed() { python3 -c "print(f'{$2 - $1:.2f}')"; }
@@ -59,7 +62,7 @@ echo "uninterrupted run: ${run_s} s ($steps steps, $np ranks); killing one rank 
 printf '%-5s %-4s %-7s %-9s %-7s %-5s %-9s %-7s %-12s %s\n' trial rank "kill at" "ended in" "exit" \
   named orphans "resumed" "bitwise" verdict
 
-clean=0; matched=0; resumed_n=0; failed=0; before=0
+clean=0; matched=0; resumed_n=0; started_n=0; failed=0; before=0
 times=()
 attempt=0
 for ((t = 1; t <= trials; ++t)); do
@@ -133,10 +136,18 @@ for ((t = 1; t <= trials; ++t)); do
   mpirun --oversubscribe --bind-to none -np "$np" "$tessera" "${train_args[@]}" \
     "${resume_args[@]}" --checkpoint "$dir/ck.pt" > "$dir/resumed.log" 2>&1
   resume_rc=$?
+  # A checkpoint existed: the run must say it resumed from it, at a step the checkpoints are
+  # written at (a resume that ignored the file and trained from step 0 would end on the same
+  # bits, since training is deterministic, so the bitwise check alone cannot tell).
+  resumed_ok=1
   if [[ ${#resume_args[@]} -gt 0 ]]; then
-    from=$(sed -n 's/^resumed from .* at step \([0-9]*\).*/\1/p' "$dir/resumed.log" | head -1)
-    from=${from:-?}
+    from=$(sed -n 's/^resumed from .* at step \([0-9]*\)$/\1/p' "$dir/resumed.log" | head -1)
+    if [[ -z $from ]] || ((from < checkpoint_every || from % checkpoint_every != 0 || from > steps)); then
+      resumed_ok=0
+      from=${from:-none}
+    fi
     resumed_n=$((resumed_n + 1))
+    started_n=$((started_n + resumed_ok))
   fi
   bitwise=no
   if [[ $resume_rc -eq 0 ]] && cmp -s "$dir/ck.pt" "$out/reference.pt"; then
@@ -150,6 +161,7 @@ for ((t = 1; t <= trials; ++t)); do
     verdict=NOT-CLEAN; failed=1
   fi
   [[ $bitwise == yes ]] || { verdict="$verdict,NO-MATCH"; failed=1; }
+  [[ $resumed_ok == 1 ]] || { verdict="$verdict,NOT-RESUMED"; failed=1; }
   printf '%-5s %-4s %-7s %-9s %-7s %-5s %-9s %-7s %-12s %s\n' "$t" "$victim" "${delay}s" \
     "${ended_s}s" "$rc" "$named/$((np - 1))" "$orphans" "$from" "$bitwise" "$verdict"
 done
@@ -160,6 +172,6 @@ t = [float(x) for x in '${times[*]}'.split()]
 print(f'median {statistics.median(t):.2f} s, max {max(t):.2f} s' if t else 'no clean endings')")
 echo "summary: SIG$signal, $counted trials ($before more ended before their kill and were run again): $clean ended cleanly (every other rank named rank and" \
      "in-flight work, non-zero exit, no process left, within 30 s; $summary);" \
-     "$matched of $counted resumed runs ($resumed_n from a checkpoint) ended bit for bit on the" \
-     "uninterrupted run's checkpoint"
+     "$matched of $counted resumed runs ($resumed_n from a checkpoint, $started_n of them starting" \
+     "at its step) ended bit for bit on the uninterrupted run's checkpoint"
 exit $failed

@@ -376,6 +376,7 @@ TrainResult run_training(const TrainOptions& o) {
 
   const int64_t end = o.stop_at > 0 ? std::min(o.stop_at, total) : total;
   TrainResult result;
+  result.first_step = start;
   const int passes = o.backward_passes_per_step;
   const int64_t micro = o.batch_size / passes;
   double interval_loss = 0;
