@@ -53,6 +53,7 @@ class Prefetcher {
     std::unique_lock<std::mutex> lock(mu_);
     TESSERA_CHECK(next_ < end_, "the pipeline has delivered all its batches");
     const auto t0 = std::chrono::steady_clock::now();
+    if (done_.count(next_) == 0) ++waits_;
     const bool ready = cv_.wait_for(lock, std::chrono::duration<double>(timeout_s_),
                                     [&] { return done_.count(next_) > 0; });
     if (!ready) {
@@ -72,6 +73,16 @@ class Prefetcher {
   double waited_seconds() const {
     std::lock_guard<std::mutex> lock(mu_);
     return waited_s_;
+  }
+  // How many next() calls found their batch not made yet and had to wait for it.
+  int64_t waits() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return waits_;
+  }
+  // Batches made and not yet taken by next().
+  int64_t ready() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(done_.size());
   }
   // Most batches ever made ahead of the consumer at once (never more than depth).
   int64_t max_ahead() const {
@@ -120,6 +131,7 @@ class Prefetcher {
   std::map<int64_t, Slot> done_;
   bool stop_ = false;
   double waited_s_ = 0;
+  int64_t waits_ = 0;
   int64_t max_ahead_ = 0;
   double timeout_s_;
   std::vector<std::thread> threads_;

@@ -147,6 +147,8 @@ class Engine {
     uint64_t index = 0;
     double start_s = 0;
     double negotiated_s = 0;
+    bool idle = false;   // every rank voted that it had nothing pending
+    double wait_ms = 0;  // the wait chosen before the next cycle (next_wait_ms)
   };
   static constexpr size_t kCycleLogSize = 4096;
   // The last kCycleLogSize cycles, oldest first.

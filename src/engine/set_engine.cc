@@ -15,6 +15,7 @@
 #include "common/reduce.h"
 #include "engine/bit_vector.h"
 #include "engine/fusion.h"
+#include "engine/idle_backoff.h"
 #include "engine/wire.h"
 
 namespace tessera {
@@ -66,11 +67,7 @@ void Engine::Impl::run() {
       std::deque<Pending> fresh;
       {
         std::unique_lock<std::mutex> lock(mu);
-        // An idle engine still joins a cycle every millisecond at least: the other ranks may
-        // have work that needs everyone's vote. While every rank is idle (the vote says so, so
-        // all ranks agree), the wait doubles up to the idle back-off: an idle engine then costs
-        // the training thread next to nothing, at the price of up to that much latency for
-        // the first collective after a quiet spell (e.g. the first gradient of backward).
+        // The wait the last cycle chose (next_wait_ms: longer while every rank is idle).
         const double wait_ms = idle_wait_ms;
         const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                               std::chrono::duration<double, std::milli>(wait_ms));
@@ -154,10 +151,8 @@ bool Engine::Impl::cycle() {
     ready.push_back({p, ""});
     ++hits;
   }
-  const double base_wait_ms = opt.cycle_time_ms > 0 ? opt.cycle_time_ms : 1.0;
-  idle_wait_ms = votes.test(kIdle)
-                     ? std::max(base_wait_ms, std::min(2 * idle_wait_ms, opt.idle_backoff_ms))
-                     : base_wait_ms;
+  const bool all_idle = votes.test(kIdle);
+  idle_wait_ms = next_wait_ms(all_idle, idle_wait_ms, opt.cycle_time_ms, opt.idle_backoff_ms);
   const bool shutting_down = !votes.test(kAlive);
   const bool round = !votes.test(kNoRoundNeeded) || shutting_down;
   std::vector<std::pair<int, std::string>> reasons;
@@ -310,7 +305,8 @@ bool Engine::Impl::cycle() {
     auto since_epoch = [](Clock::time_point t) {
       return std::chrono::duration<double>(t.time_since_epoch()).count();
     };
-    const CycleTime ct{cycle_index, since_epoch(t0), since_epoch(Clock::now())};
+    const CycleTime ct{cycle_index, since_epoch(t0), since_epoch(Clock::now()), all_idle,
+                       idle_wait_ms};
     if (cycle_log.size() < kCycleLogSize) {
       cycle_log.push_back(ct);
     } else {

@@ -12,6 +12,7 @@
 #include "engine/bit_vector.h"
 #include "engine/coordinator.h"
 #include "engine/fusion.h"
+#include "engine/idle_backoff.h"
 #include "engine/response_cache.h"
 #include "engine/tensor_spec.h"
 #include "engine/wire.h"
@@ -391,6 +392,37 @@ TEST(Coordinator, AJoinedRankCountsAsPresentUntilEveryRankHasJoined) {
   for (int r = 0; r < 3; ++r) EXPECT_FALSE(c.joined(r));
   c.add(0, spec("next"), 5, t);
   EXPECT_TRUE(c.take_complete().empty());  // nobody is joined any more
+}
+
+TEST(IdleBackoff, DoublesWhileIdleUpToTheCapAndDropsOnWork) {
+  // From the cycle time (1 ms) with a 16 ms back-off: 2, 4, 8, 16, 16, then work: 1.
+  double w = 1;
+  std::vector<double> seen;
+  for (int i = 0; i < 5; ++i) seen.push_back(w = next_wait_ms(true, w, 1, 16));
+  EXPECT_EQ(seen, (std::vector<double>{2, 4, 8, 16, 16}));
+  EXPECT_EQ(next_wait_ms(false, 16, 1, 16), 1);
+  // A cap that is not a power of two of the cycle time is reached exactly.
+  EXPECT_EQ(next_wait_ms(true, 5, 5, 12), 10);
+  EXPECT_EQ(next_wait_ms(true, 10, 5, 12), 12);
+  // Cycle time 0 (wake on every enqueue) backs off from 1 ms.
+  EXPECT_EQ(next_wait_ms(false, 8, 0, 8), 1);
+  EXPECT_EQ(next_wait_ms(true, 1, 0, 8), 2);
+  // Every (idle, current, cycle time, cap) of a grid: never below the cycle time, never above
+  // the larger of cap and cycle time, and the cycle time whenever there is work.
+  for (double cycle : {0.0, 0.5, 1.0, 3.0, 10.0}) {
+    const double base = cycle > 0 ? cycle : 1.0;
+    for (double cap : {0.0, 1.0, 2.0, 8.0, 100.0}) {
+      for (double current : {base, 2 * base, 7.0, 64.0, 200.0}) {
+        EXPECT_EQ(next_wait_ms(false, current, cycle, cap), base);
+        const double idle = next_wait_ms(true, current, cycle, cap);
+        EXPECT_GE(idle, base);
+        EXPECT_LE(idle, std::max(base, cap));
+        if (cap <= base) {
+          EXPECT_EQ(idle, base) << "no back-off at or below the cycle time";
+        }
+      }
+    }
+  }
 }
 
 TEST(FillIdentity, EveryOpAndDtypeLeavesTheOtherOperandUnchanged) {
