@@ -18,6 +18,16 @@ std::string encode(const cv::Mat& m, const std::string& ext) {
   return std::string(buf.begin(), buf.end());
 }
 
+std::vector<uchar> bytes_of(const std::string& s) { return std::vector<uchar>(s.begin(), s.end()); }
+
+// An 8-bit BGR image as the H x W x 3 RGB tensor decode_image returns.
+torch::Tensor as_rgb_tensor(const cv::Mat& bgr) {
+  EXPECT_EQ(bgr.type(), CV_8UC3);
+  cv::Mat rgb;
+  cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
+  return torch::from_blob(rgb.data, {rgb.rows, rgb.cols, 3}, torch::kUInt8).clone();
+}
+
 // A 5x7 image whose pixel (y, x) is RGB (10y, 20x, 200 - 5x - 3y).
 cv::Mat pattern_bgr() {
   cv::Mat m(5, 7, CV_8UC3);
@@ -45,11 +55,16 @@ TEST(ImageCodec, PngDecodesExactlyAsRgb) {
 TEST(ImageCodec, JpegDecodesCloseToTheOriginal) {
   cv::Mat big;
   cv::resize(pattern_bgr(), big, cv::Size(70, 50), 0, 0, cv::INTER_NEAREST);
-  torch::Tensor t = decode_image(encode(big, ".jpg"), "p.jpg");
+  const std::string jpg = encode(big, ".jpg");
+  torch::Tensor t = decode_image(jpg, "p.jpg");
   ASSERT_EQ(t.sizes(), (std::vector<int64_t>{50, 70, 3}));
   // Red channel grows with y, green with x (RGB order, not OpenCV's BGR).
   EXPECT_GT(t[45][5][0].item<int>(), t[5][5][0].item<int>() + 20);
   EXPECT_GT(t[5][65][1].item<int>(), t[5][5][1].item<int>() + 60);
+  // Every pixel is libjpeg's own decode, channels reversed, and near the original.
+  EXPECT_TRUE(torch::equal(t, as_rgb_tensor(cv::imdecode(bytes_of(jpg), cv::IMREAD_COLOR))));
+  const torch::Tensor diff = (t.to(torch::kInt) - as_rgb_tensor(big).to(torch::kInt)).abs();
+  EXPECT_LT(diff.to(torch::kDouble).mean().item<double>(), 4.0) << "mean error in levels";
 }
 
 TEST(ImageCodec, PaletteMaskKeepsIndices) {
@@ -98,7 +113,8 @@ TEST(ImageCodec, CorruptDataIsAnErrorNamingTheSource) {
   // libjpeg would decode a cut JPEG with grey rows and a warning; it is refused instead (a few
   // bytes of padding after the end marker are fine).
   const std::string jpg = encode(pattern_bgr(), ".jpg");
-  EXPECT_NO_THROW(decode_image(jpg + std::string(8, '\0'), "padded.jpg"));
+  EXPECT_TRUE(torch::equal(decode_image(jpg + std::string(8, '\0'), "padded.jpg"),
+                           as_rgb_tensor(cv::imdecode(bytes_of(jpg), cv::IMREAD_COLOR))));
   try {
     decode_image(jpg.substr(0, jpg.size() * 2 / 3), "cut.jpg");
     FAIL();
