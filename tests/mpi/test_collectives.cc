@@ -86,26 +86,36 @@ TEST_F(CollectivesTest, BroadcastFromEveryRoot) {
 
 TEST_F(CollectivesTest, ReduceScatterEveryOp) {
   const int n = world_->size(), r = world_->rank();
-  for (DataType dt : kAllDtypes) {
-    for (size_t block : kCounts) {
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax}) {
+  const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
+                                     ReduceOp::kMax};
+  for (size_t block : kCounts) {
+    // Element j of rank q: a hashed small integer (no two offsets alike, so a block sent to the
+    // wrong rank fails); sums stay below 256 for n <= 8. Computed once per block for every
+    // dtype, with this rank's block of the exact sum, min and max over ranks.
+    std::vector<double> mine(block * n), sum(block), low(block), high(block);
+    for (size_t j = 0; j < block * n; ++j) mine[j] = hashed_small(5, r, j);
+    for (size_t i = 0; i < block; ++i) {
+      const size_t j = r * block + i;
+      sum[i] = low[i] = high[i] = hashed_small(5, 0, j);
+      for (int q = 1; q < n; ++q) {
+        const double v = hashed_small(5, q, j);
+        sum[i] += v;
+        low[i] = std::min(low[i], v);
+        high[i] = std::max(high[i], v);
+      }
+    }
+    for (DataType dt : kAllDtypes) {
+      Buf in(dt, block * n), out(dt, block);
+      for (size_t j = 0; j < block * n; ++j) in.set(j, mine[j]);
+      for (ReduceOp op : ops) {
         if (op == ReduceOp::kAverage && !is_floating(dt)) continue;
-        Buf in(dt, block * n), out(dt, block);
-        // Element j of rank q: a hashed small integer (no two offsets alike, so a block sent to
-        // the wrong rank fails); sums stay below 256 for n <= 8.
-        for (size_t j = 0; j < block * n; ++j) in.set(j, hashed_small(5, r, j));
         reduce_scatter(*world_, in.data(), out.data(), block, dt, op, 512);
         for (size_t i = 0; i < block; ++i) {
-          const size_t j = r * block + i;
-          double want = hashed_small(5, 0, j);
-          for (int q = 1; q < n; ++q) {
-            const double v = hashed_small(5, q, j);
-            want = op == ReduceOp::kMin   ? std::min(want, v)
-                   : op == ReduceOp::kMax ? std::max(want, v)
-                                          : want + v;
-          }
-          if (op == ReduceOp::kAverage) want /= n;
-          want = Buf::as(dt, want);
+          const double exact = op == ReduceOp::kSum       ? sum[i]
+                               : op == ReduceOp::kAverage ? sum[i] / n
+                               : op == ReduceOp::kMin     ? low[i]
+                                                          : high[i];
+          const double want = Buf::as(dt, exact);
           const double tol = op == ReduceOp::kAverage ? average_tolerance(dt, want) : 0;
           ASSERT_NEAR(out.at(i), want, tol)
               << dtype_name(dt) << " " << reduce_op_name(op) << " block " << block << " i " << i;
