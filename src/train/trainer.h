@@ -74,8 +74,8 @@ std::string describe_training_options(const TrainOptions& o);
 struct TrainResult {
   int64_t steps = 0;       // steps completed in total (including before a resume)
   int64_t first_step = 0;  // steps done before this run started: the resumed checkpoint's step
-  double final_loss = 0;  // mean over ranks of the last logged interval
-  double metric = 0;      // accuracy (classification) or mean IoU (segmentation)
+  double final_loss = 0;   // mean over ranks of the last logged interval
+  double metric = 0;       // accuracy (classification) or mean IoU (segmentation)
   std::string metric_name;
   std::string checkpoint;  // path written last, if any
   double images_per_second = 0;

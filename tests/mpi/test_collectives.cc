@@ -20,8 +20,8 @@ namespace tessera {
 namespace comm {
 namespace {
 
-using testing::Buf;
 using testing::average_tolerance;
+using testing::Buf;
 using testing::hashed_small;
 using testing::kAllDtypes;
 

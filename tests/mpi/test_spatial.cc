@@ -336,9 +336,8 @@ TEST_F(SpatialTest, ResNet50On512x512MatchesOnATwoByTwoGrid) {
   // ordinary model's own gradients move by percents under a different summation order (50
   // BatchNorm layers in training mode on one image amplify the last bits; 0.2 measured here),
   // so f32 could not tell a wrong halo from rounding.
-  const double d =
-      resnet_difference(50, p.space(), 512, 512, 2, 2, p.at.h, p.at.w, torch::kDouble, 1,
-                        kResNet50Tolerance);
+  const double d = resnet_difference(50, p.space(), 512, 512, 2, 2, p.at.h, p.at.w, torch::kDouble,
+                                     1, kResNet50Tolerance);
   if (world_->rank() == 0) {
     std::printf("[ spatial resnet50 ] 2x2 grid, 512x512 image, f64: max relative difference %.3g\n",
                 d);

@@ -203,8 +203,8 @@ TEST_F(TorchTest, DistributedOptimizerAveragesAccumulatesAndGroups) {
         for (int p = 0; p < passes; ++p) m.loss(Linear::data(r(), p)).backward();
         opt.synchronize();
         testing::Tolerance& close = c == Compression::kNone ? exact : fp16;
-        EXPECT_TRUE(close(m.fc->weight.grad(), expect)) << "passes " << passes << " groups "
-                                                        << groups;
+        EXPECT_TRUE(close(m.fc->weight.grad(), expect))
+            << "passes " << passes << " groups " << groups;
         // The unused layer got zeros (reduced like the rest, so no rank waits for it).
         EXPECT_TRUE(torch::equal(m.unused->weight.grad(), torch::zeros_like(m.unused->weight)));
         sgd.step();
@@ -394,9 +394,8 @@ TEST_F(TorchTest, SyncBatchNormTrainingMatchesOneProcessStepByStep) {
     sgd_ref.step();
     auto pd = dist->named_parameters(), pr = ref->named_parameters();
     for (const auto& kv : pd) {
-      EXPECT_TRUE(close(kv.value(), pr[kv.key()]))
-          << "step " << step << " " << kv.key() << "\n"
-          << kv.value() << pr[kv.key()];
+      EXPECT_TRUE(close(kv.value(), pr[kv.key()])) << "step " << step << " " << kv.key() << "\n"
+                                                   << kv.value() << pr[kv.key()];
     }
   }
 }

@@ -266,8 +266,8 @@ TEST_F(TrainTest, TimelineShowsGradientsEnqueuedDuringBackward) {
   const auto& [first_ts, first] = *enqueued.begin();
   const auto& [last_ts, last] = *enqueued.rbegin();
   std::printf("[ overlap ] backward %.1f-%.1f ms: %s enqueued at %.1f ms, %s at %.1f ms\n",
-              backward_start / 1e3, backward_end / 1e3, first.c_str(), first_ts / 1e3,
-              last.c_str(), last_ts / 1e3);
+              backward_start / 1e3, backward_end / 1e3, first.c_str(), first_ts / 1e3, last.c_str(),
+              last_ts / 1e3);
   EXPECT_EQ(first.rfind("grad.fc.", 0), 0u) << "the last layer's gradients come first";
   EXPECT_EQ(last.rfind("grad.conv1.", 0) == 0 || last.rfind("grad.bn1.", 0) == 0, true)
       << "the first layer's gradients come last, not " << last;

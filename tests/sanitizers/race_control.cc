@@ -23,8 +23,8 @@ int main(int argc, char** argv) {
   });
   for (int i = 0; i < 20; ++i) {
     MPI_Request req;
-    MPI_Irecv(received.data(), static_cast<int>(received.size()), MPI_CHAR, rank, 7,
-              MPI_COMM_WORLD, &req);
+    MPI_Irecv(received.data(), static_cast<int>(received.size()), MPI_CHAR, rank, 7, MPI_COMM_WORLD,
+              &req);
     MPI_Send(buffer.data(), static_cast<int>(buffer.size()), MPI_CHAR, rank, 7, MPI_COMM_WORLD);
     MPI_Wait(&req, MPI_STATUS_IGNORE);
   }
