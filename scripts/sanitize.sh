@@ -28,8 +28,9 @@ export OMPI_MCA_mtl=${OMPI_MCA_mtl:-^ofi}
 export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=0
 export LSAN_OPTIONS=suppressions=$here/tests/sanitizers/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-# mpi_allreduce checks its largest count (2^20 elements, default segments) for f32 sum only, not
-# every dtype and op: the same code, and most of the sanitizer time. The main build checks all.
+# mpi_allreduce and mpi_collectives' reduce-scatter check their largest count (2^20 elements,
+# default segments) for f32 sum only, not every dtype and op: the same code, and most of the
+# sanitizer time. The main build checks all.
 export TESSERA_TEST_LARGEST_ONCE=1
 status=0
 # run NAME SANITIZERS WITH_TORCH [CTEST_REGEX [TARGET...]]: configure, build (the targets, or
@@ -41,7 +42,7 @@ run() {
   for t in "$@"; do targets+=(--target "$t"); done
   echo "== sanitize: $name (-fsanitize=$sanitizers, libtorch side: $torch) in $dir"
   local t0=$SECONDS
-  cmake -S "$here" -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 \
+  cmake -S "$here" -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
     -DTESSERA_WITH_TORCH="$torch" -DTESSERA_BUILD_BENCHMARKS=OFF -DTESSERA_SANITIZE="$sanitizers" \
     -DTESSERA_TEST_RANKS="1;2;4" > "$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; status=1; return 1; }
   cmake --build "$dir" -j"$jobs" "${targets[@]}" -- --no-print-directory > "$dir.build.log" 2>&1 ||

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -52,6 +54,14 @@ inline double average_tolerance(DataType d, double want) {
                    : d == DataType::kFloat16 ? 10
                                              : 7;  // bf16
   return std::ldexp(std::fabs(want), -bits);
+}
+
+// TESSERA_TEST_LARGEST_ONCE=1, a test-only switch set by scripts/sanitize.sh: the largest counts
+// (2^20 elements, default segments) are checked for f32 sum only, not every dtype and op. The
+// same code at a fraction of the time under the sanitizers; the main build checks them all.
+inline bool largest_once() {
+  const char* v = std::getenv("TESSERA_TEST_LARGEST_ONCE");
+  return v != nullptr && std::string(v) == "1";
 }
 
 const std::vector<DataType> kAllDtypes = {

@@ -28,6 +28,7 @@ using testing::average_tolerance;
 using testing::Buf;
 using testing::hashed_small;
 using testing::kAllDtypes;
+using testing::largest_once;
 
 const std::vector<ReduceOp> kOps = {ReduceOp::kSum,  ReduceOp::kAverage, ReduceOp::kMin,
                                     ReduceOp::kMax,  ReduceOp::kProduct, ReduceOp::kBitAnd,
@@ -117,11 +118,6 @@ size_t check(const Buf& out, size_t count, ReduceOp op, int n, const std::string
 
 class AllreduceTest : public testing::WorldTest {};
 
-// TESSERA_TEST_LARGEST_ONCE=1: a test-only switch, set by scripts/sanitize.sh.
-bool largest_once() {
-  const char* v = std::getenv("TESSERA_TEST_LARGEST_ONCE");
-  return v != nullptr && std::string(v) == "1";
-}
 
 void run_matrix(Communicator& comm, Algorithm algorithm) {
   const int n = comm.size();

@@ -24,6 +24,7 @@ using testing::average_tolerance;
 using testing::Buf;
 using testing::hashed_small;
 using testing::kAllDtypes;
+using testing::largest_once;
 
 const std::vector<size_t> kCounts = {0, 1, 7, 1023, 65537};
 
@@ -104,11 +105,14 @@ TEST_F(CollectivesTest, ReduceScatterEveryOp) {
         high[i] = std::max(high[i], v);
       }
     }
+    const bool once = largest_once() && block >= (size_t{1} << 20);
     for (DataType dt : kAllDtypes) {
+      if (once && dt != DataType::kFloat32) continue;
       Buf in(dt, block * n), out(dt, block);
       for (size_t j = 0; j < block * n; ++j) in.set(j, mine[j]);
       for (ReduceOp op : ops) {
         if (op == ReduceOp::kAverage && !is_floating(dt)) continue;
+        if (once && op != ReduceOp::kSum) continue;
         reduce_scatter(*world_, in.data(), out.data(), block, dt, op, 512);
         for (size_t i = 0; i < block; ++i) {
           const double exact = op == ReduceOp::kSum       ? sum[i]
