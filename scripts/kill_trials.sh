@@ -117,6 +117,14 @@ for ((t = 1; t <= trials; ++t)); do
     ended_s=$(elapsed "$t_kill" "$ended")
   fi
   wait "$launcher"; rc=$?
+  # Rank 0 printed its summary: training had ended before the kill, and the others may have
+  # left already with nothing in flight to name. Not a trial of a death during training.
+  if grep -q '^done: ' "$dir/killed.log"; then
+    echo "$t: the kill at ${delay} s landed after training had ended; trying again with another moment"
+    before=$((before + 1))
+    t=$((t - 1))
+    continue
+  fi
   # Every other rank's line names the dead rank: "rank V on this host has died" (KILL) or
   # "rank V (host ...) stopped answering" (STOP), and says what was in flight.
   named=0

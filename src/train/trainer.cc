@@ -507,6 +507,7 @@ TrainResult run_training(const TrainOptions& o) {
     std::printf("done: %lld steps in %.1f s, %s %.4f%s%s\n", static_cast<long long>(end),
                 seconds_between(run_start, Clock::now()), metric_name.c_str(), final_eval.metric,
                 o.checkpoint.empty() ? "" : ", checkpoint ", o.checkpoint.c_str());
+    std::fflush(stdout);  // the run's last word, even if the process is killed while it exits
   }
   return result;
 }
