@@ -42,8 +42,7 @@ struct Target {
     optimizer.zero_grad();
     model->forward(torch::randn({2, 2, 4, 4})).sum().backward();
     optimizer.step();
-    own_archive =
-        tessera::train::checkpoint_archive(encode(), "the fuzz target's own checkpoint");
+    own_archive = tessera::train::checkpoint_archive(encode(), "the fuzz target's own checkpoint");
   }
   std::string encode() { return tessera::train::encode_checkpoint(*model, optimizer, meta); }
 };

@@ -118,7 +118,6 @@ size_t check(const Buf& out, size_t count, ReduceOp op, int n, const std::string
 
 class AllreduceTest : public testing::WorldTest {};
 
-
 void run_matrix(Communicator& comm, Algorithm algorithm) {
   const int n = comm.size();
   const int r = comm.rank();
