@@ -416,7 +416,7 @@ int run_calibration(const BenchOptions& o, Communicator& world) {
   c.min_bytes = std::max<size_t>(o.min_bytes, 8);
   const std::vector<size_t> all_sizes = sizes(c, 4);
   Buffer send(all_sizes.back()), recv(all_sizes.back());
-  comm::CostTable table = comm::cost_table();
+  comm::CostTable table = *world.settings().cost_table;
   table.measured.clear();
   std::map<Algorithm, std::vector<std::pair<size_t, double>>> curves;
   for (size_t bytes : all_sizes) {

@@ -182,8 +182,8 @@ int run_engine_bench(const EngineBenchOptions& o) {
     report["mpi_allreduce_ms"] = max_over_ranks(*world, median(t));
   }
   for (const bool cache_on : {true, false}) {
-    engine::EngineOptions eo = engine::EngineOptions::from_knobs();
-    eo.cache_capacity = cache_on ? 1024 : 0;
+    engine::EngineOptions eo = o.engine;
+    eo.tunables.cache_enabled = cache_on;
     engine::Engine engine(*world, eo);
     const std::string key = cache_on ? "cache_on" : "cache_off";
     std::vector<double> step_ms, control_ms, control_cpu_ms, cycles, rounds;
@@ -226,9 +226,9 @@ int run_engine_bench(const EngineBenchOptions& o) {
     }
   }
   // Latency of one 4 KiB allreduce through the engine, at the configured cycle time and at 0.
-  for (const double cycle : {engine::EngineOptions::from_knobs().cycle_time_ms, 0.0}) {
-    engine::EngineOptions eo = engine::EngineOptions::from_knobs();
-    eo.cycle_time_ms = cycle;
+  for (const double cycle : {o.engine.tunables.cycle_time_ms, 0.0}) {
+    engine::EngineOptions eo = o.engine;
+    eo.tunables.cycle_time_ms = cycle;
     engine::Engine engine(*world, eo);
     std::vector<float> x(1024, 1.0f), y(1024);
     std::vector<double> us;
@@ -241,8 +241,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
     }
     report["latency_4KiB_us"][cycle == 0 ? "cycle_0ms" : "cycle_default"] =
         max_over_ranks(*world, median(us));
-    report["latency_4KiB_us"]["cycle_default_ms"] =
-        engine::EngineOptions::from_knobs().cycle_time_ms;
+    report["latency_4KiB_us"]["cycle_default_ms"] = o.engine.tunables.cycle_time_ms;
   }
   if (world->rank() == 0) {
     const double mpi = report["mpi_allreduce_ms"];

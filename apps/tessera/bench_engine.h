@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/options.h"
+
 namespace tessera {
 namespace app {
 
@@ -15,6 +17,7 @@ struct EngineBenchOptions {
   int warmup = 3;
   int latency_iterations = 200;
   std::string json_path;
+  engine::EngineOptions engine;  // the agreed settings' (options_from); the bench varies the cache
 };
 
 // The shapes of ResNet-50's parameters (torchvision order: conv1, bn1, layer1..4, fc).

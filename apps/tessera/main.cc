@@ -12,21 +12,24 @@
 #include "apps/tessera/train_cli.h"
 #include "comm/communicator.h"
 #include "common/error.h"
-#include "common/knobs.h"
+#include "common/settings.h"
 #include "tessera/torch.h"
 #include "train/spatial_benchmark.h"
-#include "tune/config_file.h"
+#include "engine/options.h"
+#include "tune/settings.h"
 
 namespace {
 
-// CLI11 validator-free conversion of "64K"/"1MiB"/"4096" through the knob parser.
+// CLI11 validator-free conversion of "64K"/"1MiB"/"4096" through the settings' byte parser.
 size_t bytes_arg(const std::string& s) { return tessera::parse_bytes(s); }
 
-int run(int argc, char** argv);
+// `tessera tune` passes its options here; every other command starts with none.
+int run(int argc, char** argv, const tessera::SettingValues& explicit_settings);
 
 // `tessera tune [--log F] [--output F] [--bounds B] -- <train args>`: the training run of
 // `tessera train <train args>` (or `tessera bench train ...` when they start with "bench") with
-// TESSERA_AUTOTUNE=1. Options become the autotuner's knobs unless the environment sets them.
+// TESSERA_AUTOTUNE=1. Its options are explicit settings: like any command line they win over the
+// environment (TESSERA_AUTOTUNE_LOG and _CONFIG take effect through TESSERA_AUTOTUNE=1 alone).
 int run_tune(int argc, char** argv) {
   int dash = -1;
   for (int i = 2; i < argc; ++i) {
@@ -38,7 +41,8 @@ int run_tune(int argc, char** argv) {
   CLI::App app{
       "tessera tune: tune the engine's knobs during training; `tessera tune [options] "
       "-- <tessera train arguments>`"};
-  std::string log = "tessera-autotune.jsonl", output = "tessera-tuned.json", bounds;
+  std::string log = "tessera-autotune.jsonl", output = tessera::tune::kAutotuneConfig.fallback,
+              bounds;
   app.add_option("--log", log, "JSON lines of every configuration tried")->capture_default_str();
   app.add_option("--output", output, "the best configuration, for tessera train --config")
       ->capture_default_str();
@@ -57,28 +61,28 @@ int run_tune(int argc, char** argv) {
                  "resnet18 --steps 400 (or: tessera tune -- bench train --model resnet18)\n");
     return 2;
   }
-  // Before any MPI or thread of ours: setenv is safe. An explicit environment wins.
-  ::setenv("TESSERA_AUTOTUNE", "1", 0);
-  ::setenv("TESSERA_AUTOTUNE_LOG", log.c_str(), 0);
-  ::setenv("TESSERA_AUTOTUNE_CONFIG", output.c_str(), 0);
-  if (!bounds.empty()) ::setenv("TESSERA_AUTOTUNE_BOUNDS", bounds.c_str(), 0);
+  namespace tune = tessera::tune;
+  tessera::SettingValues settings = {{tune::kAutotune.name, "1"},
+                                     {tune::kAutotuneLog.name, log},
+                                     {tune::kAutotuneConfig.name, output}};
+  if (!bounds.empty()) settings[tune::kAutotuneBounds.name] = bounds;
   std::vector<char*> args{argv[0]};
   static char train_word[] = "train";
   if (dash + 1 >= argc || std::string(argv[dash + 1]) != "bench") args.push_back(train_word);
   for (int i = dash + 1; i < argc; ++i) args.push_back(argv[i]);
-  return run(static_cast<int>(args.size()), args.data());
+  return run(static_cast<int>(args.size()), args.data(), settings);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "tune") return run_tune(argc, argv);
-  return run(argc, argv);
+  return run(argc, argv, {});
 }
 
 namespace {
 
-int run(int argc, char** argv) {
+int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) {
   CLI::App app{"tessera: data- and spatially-parallel training of convolutional networks over MPI"};
   app.require_subcommand(1);
 
@@ -127,9 +131,9 @@ int run(int argc, char** argv) {
   CLI::App* simulate_cmd = tessera::app::add_simulate_command(app, simulate);
   std::string config_path;
   train_cmd->add_option("--config", config_path,
-                        "knobs from this file (as tessera tune writes it) where the environment "
-                        "does not set them");
-  bench_cmd->add_option("--config", config_path, "bench train: knobs from this file, as train");
+                        "settings from this file (as tessera tune writes it) where the "
+                        "environment does not set them");
+  bench_cmd->add_option("--config", config_path, "settings from this file, as train");
   app.add_subcommand("tune",
                      "tune the engine's knobs while training: tessera tune [--log F] [--output F] "
                      "[--bounds B] -- <train arguments>");
@@ -163,17 +167,17 @@ int run(int argc, char** argv) {
       (bench_cmd->parsed() && (bench.collective == "train" || bench.collective == "data" ||
                                bench.collective == "spatial"));
   try {
-    if (!config_path.empty()) {
-      // Before init, which reads the knobs once (rank 0's environment for everyone).
-      for (const auto& kv : tessera::tune::apply_config_to_environment(config_path)) {
-        (void)kv;
-      }
-    }
+    tessera::InitOptions init_options;
+    init_options.settings = explicit_settings;
+    init_options.config_file = config_path;
+    tessera::SettingValues settings;
     if (uses_torch) {
-      // The libtorch API's init: MPI, knobs, the memory policy and the engine.
-      tessera::init();
+      // The libtorch API's init: MPI, the settings, the memory policy and the engine.
+      tessera::init(init_options);
+      settings = tessera::settings();
     } else {
-      tessera::comm::init(&argc, &argv);
+      // The collective benchmarks measure comm and a bare engine: MPI and the settings only.
+      settings = tessera::comm::init(&argc, &argv, tessera::resolve_init_options(init_options));
     }
     if (train_cmd->parsed()) {
       // Slides come in CSV manifests and train a classifier (ResNet-50, as Tsaris et al.); the
@@ -221,6 +225,7 @@ int run(int argc, char** argv) {
       if (!algos.empty()) bench.algorithms = algos;
       if (bench.collective == "engine") {
         tessera::app::EngineBenchOptions eb;
+        eb.engine = tessera::engine::options_from(settings);
         eb.json_path = bench.json_path;
         eb.steps = bench.iterations;
         eb.warmup = bench.warmup;

@@ -8,10 +8,11 @@
 #include "apps/tessera/bench_engine.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
-#include "common/knobs.h"
+#include "common/settings.h"
 #include "models/registry.h"
 #include "tune/cost_model.h"
 #include "tune/machine.h"
+#include "tune/search_space.h"
 #include "tune/simulator.h"
 #include "tune/svg_plot.h"
 #include "tune/timeline_workload.h"
@@ -19,6 +20,15 @@
 namespace tessera {
 namespace app {
 namespace {
+
+// The engine settings of the flags: the simulated engine runs these.
+engine::Tunables tunables_of(const SimulateOptions& o) {
+  TESSERA_CHECK(o.cycle_time_ms >= 0, "--cycle-time must be >= 0 ms, got ", o.cycle_time_ms);
+  engine::Tunables t;
+  t.fusion_threshold = parse_bytes(o.fusion_threshold);
+  t.cycle_time_ms = o.cycle_time_ms;
+  return tune::with_algorithm(t, comm::parse_algorithm(o.algorithm));
+}
 
 using comm::Algorithm;
 
@@ -135,14 +145,12 @@ int run_validation(const SimulateOptions& o, const tune::Machine& m, const std::
       for (int64_t d : shapes[i]) e *= static_cast<double>(d);
       w.gradients.push_back({"g" + std::to_string(i), 4 * e, 0.0});
     }
-    tune::SimSettings s;
-    s.fusion_threshold = static_cast<double>(parse_bytes(o.fusion_threshold));
-    s.cycle_time_ms = o.cycle_time_ms;
+    engine::Tunables s = tunables_of(o);
     std::printf("# predicted `tessera bench engine` step (ms): cache on / off\n");
     for (int g : gpus) {
-      s.cache = true;
+      s.cache_enabled = true;
       const tune::StepResult on = tune::simulate_step(m, w, g, s);
-      s.cache = false;
+      s.cache_enabled = false;
       const tune::StepResult off = tune::simulate_step(m, w, g, s);
       std::printf("  %4d ranks  step %9.2f ms (cache off %9.2f)  control %.3f / %.3f ms\n", g,
                   on.step_s * 1e3, off.step_s * 1e3, on.control_s * 1e3, off.control_s * 1e3);
@@ -227,11 +235,7 @@ int run_simulate(const SimulateOptions& o) {
   }
   double total = 0;
   for (double b : bytes) total += b;
-  tune::SimSettings s;
-  s.fusion_threshold = static_cast<double>(parse_bytes(o.fusion_threshold));
-  s.cycle_time_ms = o.cycle_time_ms;
-  TESSERA_CHECK(o.cycle_time_ms >= 0, "--cycle-time must be >= 0 ms, got ", o.cycle_time_ms);
-  s.algorithm = comm::parse_algorithm(o.algorithm);
+  const engine::Tunables s = tunables_of(o);
   std::printf(
       "# machine %s: %d nodes x %d GPUs; intra %.1f us %.1f GB/s, inter %.1f us %.1f GB/s per "
       "node (%d rails); reduce %.0f GB/s; coordinator %.2f us per request; jitter %.3f\n",
@@ -265,8 +269,8 @@ int run_simulate(const SimulateOptions& o) {
   series.push_back({o.algorithm + " (cache off)", {}});
   for (Algorithm a : tune::modelled_algorithms()) series.push_back({comm::algorithm_name(a), {}});
   for (int g : gpus) {
-    tune::SimSettings off = s;
-    off.cache = false;
+    engine::Tunables off = s;
+    off.cache_enabled = false;
     const tune::StepResult r = tune::simulate_step(m, w, g, s);
     const tune::StepResult r_off = tune::simulate_step(m, w, g, off);
     std::printf("%7d %6.3f %9.2f %10.1f %9.2f %9.3f %9.3f %9.3f %8s |", g, r.efficiency,
@@ -277,8 +281,7 @@ int run_simulate(const SimulateOptions& o) {
     series[1].points.emplace_back(g, r_off.efficiency);
     size_t k = 2;
     for (Algorithm a : tune::modelled_algorithms()) {
-      tune::SimSettings sa = s;
-      sa.algorithm = a;
+      const engine::Tunables sa = tune::with_algorithm(s, a);
       const tune::StepResult ra = tune::simulate_step(m, w, g, sa);
       std::printf(" %7.3f", ra.efficiency);
       by_algo[comm::algorithm_name(a)] = ra.efficiency;
@@ -304,8 +307,8 @@ int run_simulate(const SimulateOptions& o) {
   std::printf("# at %d GPUs: efficiency by fusion threshold (cycle %.2f ms)\n", g, s.cycle_time_ms);
   for (double f : {0.0, 1.0 * (1 << 20), 8.0 * (1 << 20), 32.0 * (1 << 20), 64.0 * (1 << 20),
                    128.0 * (1 << 20)}) {
-    tune::SimSettings sf = s;
-    sf.fusion_threshold = f;
+    engine::Tunables sf = s;
+    sf.fusion_threshold = static_cast<size_t>(f);
     const tune::StepResult r = tune::simulate_step(m, w, g, sf);
     std::printf("    fusion %6.0f MiB: eff %.3f  step %.2f ms  %d buffers\n", f / (1 << 20),
                 r.efficiency, r.step_s * 1e3, r.buffers);
@@ -315,7 +318,7 @@ int run_simulate(const SimulateOptions& o) {
   std::printf("# at %d GPUs: efficiency by cycle time (fusion %s)\n", g,
               o.fusion_threshold.c_str());
   for (double c : {0.0, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0}) {
-    tune::SimSettings sc = s;
+    engine::Tunables sc = s;
     sc.cycle_time_ms = c;
     const tune::StepResult r = tune::simulate_step(m, w, g, sc);
     std::printf("    cycle %5.1f ms: eff %.3f  step %.2f ms  %d cycles\n", c, r.efficiency,

@@ -5,6 +5,9 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "common/settings.h"
+#include "engine/options.h"
+
 namespace tessera {
 namespace app {
 
@@ -17,8 +20,8 @@ struct SimulateOptions {
   std::string gpus = "1,6,12,24,48,96,132";
   double batch_size = 0;    // per GPU; 0: the model's default
   double images_per_s = 0;  // per GPU, the compute rate; 0: the model's default
-  std::string fusion_threshold = "128M";
-  double cycle_time_ms = 1.0;
+  std::string fusion_threshold = format_bytes(engine::kFusionThreshold.fallback);
+  double cycle_time_ms = engine::kCycleTime.fallback;
   std::string algorithm = "auto";
   double jitter = -1;  // overrides the machine's compute_jitter when >= 0
   std::string json;

@@ -19,12 +19,14 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/settings.h"
 #include "engine/handle.h"
 
 namespace tessera {
@@ -32,13 +34,40 @@ namespace tessera {
 namespace engine {
 class Engine;
 }
+namespace comm {
+class Communicator;
+}
 
 // ---- the process ----
 
-// Initialises MPI (MPI_THREAD_MULTIPLE), reads the knobs (docs/knobs.md), applies the process
-// memory policy (TESSERA_MALLOC_POLICY, docs/training.md) and starts the engine. Collective
-// over MPI_COMM_WORLD. A second call does nothing.
-void init();
+// How init() is configured: settings by name, as the environment would give them
+// ({"TESSERA_FUSION_THRESHOLD", "64MiB"}), from three sources with this precedence:
+//   explicit `settings` > the environment > `config_file` > the declared default.
+// docs/knobs.md lists every setting. A name no layer declares is an error when given here or in
+// the config file (naming the nearest known one), a warning when it comes from the environment.
+struct InitOptions {
+  SettingValues settings;
+  // A configuration `tessera tune` wrote (tune/config_file.h); "" for none.
+  std::string config_file;
+  // false: the environment is not a source (tests that must not see the caller's TESSERA_*).
+  bool read_environment = true;
+  // Typed: options.set(engine::kFusionThreshold, size_t{0}) writes the setting's text.
+  template <class Setting, class Value>
+  InitOptions& set(const Setting& setting, const Value& value) {
+    settings[setting.name] = setting.format(value);
+    return *this;
+  }
+};
+
+// Initialises MPI (MPI_THREAD_MULTIPLE); agrees on the settings with every rank (a setting that
+// differs between ranks, a bad value or an unknown name fails on every rank, naming it and the
+// ranks); applies the process memory policy (TESSERA_MALLOC_POLICY, docs/training.md) and
+// starts the engine. Collective over MPI_COMM_WORLD. A second call does nothing.
+void init(const InitOptions& options = {});
+// This rank's settings from `options` before the ranks agree (names checked against every
+// declared setting; a config file that cannot be read is its error): what init hands to
+// comm::init, for tools that initialise only comm (the collective benchmarks).
+ResolvedSettings resolve_init_options(const InitOptions& options);
 // Stops the engine (agreed with the other ranks) and finalises MPI if init() initialised it
 // (MPI initialised by the application before init() is left to it).
 // Never throws; safe to call twice or without init().
@@ -55,6 +84,26 @@ int local_rank();
 int local_size();
 // The engine behind every call (for process sets, the timeline, stats). Throws if not init().
 engine::Engine& global_engine();
+// The settings every rank agreed on at init, by name (empty before init: every setting at its
+// default). Each layer parses its own from these with its declarations' get().
+const SettingValues& settings();
+// TESSERA_TIMEOUT as agreed at init (its default before): the deadline of any wait of the
+// layers above (the input pipeline's).
+double timeout_s();
+// Every setting tessera declares, in docs/knobs.md's order.
+std::vector<SettingInfo> declared_settings();
+// A new communicator over every rank with the agreed settings, for a layer's own messages (the
+// data set's global shuffle). Collective. Throws if not init().
+std::unique_ptr<comm::Communicator> new_world_communicator();
+
+// The engine's Chrome trace (TESSERA_TIMELINE starts it on rank 0 at init): start, stop,
+// whether this rank writes one, and a span of the caller's own on row `row` (the trainer's
+// FORWARD and BACKWARD beside the collectives). trace() is a no-op while not tracing.
+void start_timeline(const std::string& path);
+void stop_timeline();
+bool timeline_active();
+void trace(const std::string& row, const std::string& name,
+           std::chrono::steady_clock::time_point begin, std::chrono::steady_clock::time_point end);
 
 // ---- collectives on tensors ----
 

@@ -1,58 +1,17 @@
 #include "comm/collectives.h"
 
-#include <atomic>
 #include <climits>
 #include <cstring>
-#include <mutex>
 
 #include "comm/algorithms.h"
 #include "comm/mpi_internal.h"
 #include "comm/mpi_types.h"
 #include "comm/p2p.h"
-#include "common/knobs.h"
 #include "common/reduce.h"
 
 namespace tessera {
 namespace comm {
 namespace {
-
-struct Config {
-  CostTable table;
-  std::vector<SizeRange> override_ranges;
-  uint64_t override_generation = 0;
-  std::mutex mutex;
-  std::atomic<uint64_t> generation{1};  // bumped by set_cost_table
-};
-
-// The last choices of this thread, so that a steady stream of allreduces pays a hash lookup,
-// not a walk over the cost table. Keyed by everything the choice depends on.
-struct ChoiceKey {
-  uint64_t knobs_generation, table_generation;
-  int ranks, nodes, local_size;
-  bool uniform;
-  size_t bytes;
-  Algorithm requested;
-  bool operator==(const ChoiceKey& o) const {
-    return knobs_generation == o.knobs_generation && table_generation == o.table_generation &&
-           ranks == o.ranks && nodes == o.nodes && local_size == o.local_size &&
-           uniform == o.uniform && bytes == o.bytes && requested == o.requested;
-  }
-};
-struct Choice {
-  Algorithm algorithm;
-  Algorithm cross_algorithm;
-};
-struct ChoiceCache {
-  static constexpr size_t kSlots = 64;
-  ChoiceKey keys[kSlots];
-  Choice values[kSlots];
-  bool used[kSlots] = {};
-};
-
-Config& config() {
-  static Config c;
-  return c;
-}
 
 CommShape shape_of(const Communicator& comm) {
   return {comm.size(), comm.num_nodes(), comm.local_size(), comm.uniform_nodes()};
@@ -71,23 +30,6 @@ int checked_int(size_t v, const char* what) {
 }
 
 }  // namespace
-
-const CostTable& cost_table() { return config().table; }
-void set_cost_table(const CostTable& table) {
-  config().table = table;
-  config().generation.fetch_add(1);
-}
-std::vector<SizeRange> allreduce_override() {
-  Config& c = config();
-  // Parsed on first use after each knob change (tests change knobs); only cache misses of the
-  // algorithm choice get here, possibly from several threads.
-  std::lock_guard<std::mutex> lock(c.mutex);
-  if (c.override_generation != knobs_generation()) {
-    c.override_ranges = parse_override(knobs().allreduce);
-    c.override_generation = knobs_generation();
-  }
-  return c.override_ranges;
-}
 
 void finish_average(const AllreduceArgs& a, int comm_size, void* data, size_t count) {
   if (a.op != ReduceOp::kAverage || count == 0) return;
@@ -121,15 +63,20 @@ void run_allreduce(Algorithm algorithm, Communicator& comm, const AllreduceArgs&
 
 namespace {
 
-Choice choose_uncached(const Communicator& comm, size_t bytes, Algorithm requested) {
-  Choice c{choose_allreduce(comm, bytes, requested), Algorithm::kRing};
+ChoiceCache::Entry choose_uncached(const Communicator& comm, size_t bytes, Algorithm requested) {
+  ChoiceCache::Entry c;
+  c.used = true;
+  c.bytes = bytes;
+  c.requested = requested;
+  c.algorithm = choose_allreduce(comm, bytes, requested);
   if (c.algorithm == Algorithm::kHierarchical && comm.num_nodes() > 1) {
     // The cross-node phase moves 1/L of the vector between nodes: pick for that size.
+    const CostTable& table = *comm.settings().cost_table;
     const size_t cross_bytes = bytes / static_cast<size_t>(comm.local_size());
     const CommShape cross{comm.num_nodes(), comm.num_nodes(), 1, true};
-    double best = predict_us(cost_table(), Algorithm::kRing, cross, cross_bytes);
+    double best = predict_us(table, Algorithm::kRing, cross, cross_bytes);
     for (Algorithm x : {Algorithm::kRhd, Algorithm::kDbtree}) {
-      const double us = predict_us(cost_table(), x, cross, cross_bytes);
+      const double us = predict_us(table, x, cross, cross_bytes);
       if (us < best) {
         best = us;
         c.cross_algorithm = x;
@@ -139,17 +86,17 @@ Choice choose_uncached(const Communicator& comm, size_t bytes, Algorithm request
   return c;
 }
 
-Choice choose_cached(const Communicator& comm, size_t bytes, Algorithm requested) {
-  thread_local ChoiceCache cache;
-  const ChoiceKey key{knobs_generation(), config().generation.load(), comm.size(), comm.num_nodes(),
-                      comm.local_size(),  comm.uniform_nodes(),       bytes,       requested};
+// The communicator's settings and shape are fixed between set_settings calls (which empty the
+// cache), so the size and the request are the whole key.
+const ChoiceCache::Entry& choose_cached(const Communicator& comm, size_t bytes,
+                                        Algorithm requested) {
+  ChoiceCache& cache = comm.state().choices;
   const size_t slot = (bytes * 0x9E3779B97F4A7C15ull >> 58) % ChoiceCache::kSlots;
-  if (cache.used[slot] && cache.keys[slot] == key) return cache.values[slot];
-  const Choice c = choose_uncached(comm, bytes, requested);
-  cache.keys[slot] = key;
-  cache.values[slot] = c;
-  cache.used[slot] = true;
-  return c;
+  ChoiceCache::Entry& e = cache.slots[slot];
+  if (!e.used || e.bytes != bytes || e.requested != requested) {
+    e = choose_uncached(comm, bytes, requested);
+  }
+  return e;
 }
 
 }  // namespace
@@ -161,12 +108,8 @@ Algorithm choose_allreduce(const Communicator& comm, size_t bytes, Algorithm req
                   comm.describe(), ": it needs the same number of ranks on every node");
     return requested;
   }
-  return select_allreduce(cost_table(), allreduce_override(), shape, bytes);
-}
-
-Algorithm choose_allreduce(const Communicator& comm, size_t bytes,
-                           const std::vector<SizeRange>& override_ranges) {
-  return select_allreduce(cost_table(), override_ranges, shape_of(comm), bytes);
+  const Settings& s = comm.settings();
+  return select_allreduce(*s.cost_table, s.allreduce_ranges, shape, bytes);
 }
 
 void allreduce(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype,
@@ -176,18 +119,18 @@ void allreduce(Communicator& comm, const void* send, void* recv, size_t count, D
   check_op_supported(dtype, options.op);
   const size_t bytes = checked_bytes(count, dtype);
   if (count == 0) return;
-  const Knobs& k = knobs();
+  const Settings& k = comm.settings();
   AllreduceArgs a;
   a.send = send;
   a.recv = recv;
   a.count = count;
   a.dtype = dtype;
   a.op = options.op;
-  a.segment_bytes = options.segment_bytes > 0 ? options.segment_bytes : k.segment_bytes;
-  a.colors = options.colors > 0 ? options.colors : k.colors;
-  a.shm_bytes = options.shm_bytes > 0 ? options.shm_bytes : k.shm_bytes;
+  a.segment_bytes = k.segment_bytes;
+  a.colors = k.colors;
+  a.shm_bytes = k.shm_bytes;
   a.timeout_s = k.timeout_s;
-  const Choice choice = choose_cached(comm, bytes, options.algorithm);
+  const ChoiceCache::Entry& choice = choose_cached(comm, bytes, options.algorithm);
   a.cross_algorithm = choice.cross_algorithm;
   run_allreduce(choice.algorithm, comm, a);
 }
@@ -202,7 +145,7 @@ void allgather(Communicator& comm, const void* send, void* recv, size_t count, D
   checked_int(count * static_cast<size_t>(comm.size()), "allgather");
   const bool in_place =
       send == static_cast<const char*>(recv) + static_cast<size_t>(comm.rank()) * count * esize;
-  Requests reqs(comm, "allgather", knobs().timeout_s);
+  Requests reqs(comm, "allgather", comm.settings().timeout_s);
   MPI_Request r = MPI_REQUEST_NULL;
   TESSERA_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_datatype(dtype), recv, n,
                                    mpi_datatype(dtype), mpi_comm(comm), &r));
@@ -230,7 +173,7 @@ void allgatherv(Communicator& comm, const void* send, void* recv, const std::vec
   const bool in_place =
       send == static_cast<const char*>(recv) +
                   static_cast<size_t>(d[static_cast<size_t>(comm.rank())]) * esize;
-  Requests reqs(comm, "allgatherv", knobs().timeout_s);
+  Requests reqs(comm, "allgatherv", comm.settings().timeout_s);
   MPI_Request r = MPI_REQUEST_NULL;
   TESSERA_MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, static_cast<int>(mine),
                                     mpi_datatype(dtype), recv, c.data(), d.data(),
@@ -245,7 +188,7 @@ void broadcast(Communicator& comm, void* buf, size_t count, DataType dtype, int 
                 comm.describe(), "; accepted: 0 to ", comm.size() - 1);
   checked_bytes(count, dtype);
   if (count == 0 || comm.size() == 1) return;
-  Requests reqs(comm, "broadcast", knobs().timeout_s);
+  Requests reqs(comm, "broadcast", comm.settings().timeout_s);
   MPI_Request r = MPI_REQUEST_NULL;
   TESSERA_MPI_CHECK(MPI_Ibcast(buf, checked_int(count, "broadcast"), mpi_datatype(dtype), root,
                                mpi_comm(comm), &r));
@@ -254,7 +197,7 @@ void broadcast(Communicator& comm, void* buf, size_t count, DataType dtype, int 
 }
 
 void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t block, DataType dtype,
-                    ReduceOp op, size_t segment_bytes) {
+                    ReduceOp op) {
   const size_t total = block * static_cast<size_t>(comm.size());
   TESSERA_CHECK(comm.size() == 0 || total / static_cast<size_t>(comm.size()) == block,
                 "reduce_scatter: ", block, " elements per rank overflow");
@@ -269,7 +212,7 @@ void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t blo
     return;
   }
   ring_reduce_scatter(comm, send, recv, block, dtype, op,
-                      segment_bytes > 0 ? segment_bytes : knobs().segment_bytes, knobs().timeout_s);
+                      comm.settings().segment_bytes, comm.settings().timeout_s);
   AllreduceArgs a;
   a.dtype = dtype;
   a.op = op;
@@ -284,7 +227,7 @@ void alltoall(Communicator& comm, const void* send, void* recv, size_t block, Da
   if (block == 0) return;
   const int n = checked_int(block, "alltoall");
   checked_int(total, "alltoall");
-  Requests reqs(comm, "alltoall", knobs().timeout_s);
+  Requests reqs(comm, "alltoall", comm.settings().timeout_s);
   MPI_Request r = MPI_REQUEST_NULL;
   TESSERA_MPI_CHECK(MPI_Ialltoall(send == recv ? MPI_IN_PLACE : send, n, mpi_datatype(dtype), recv,
                                   n, mpi_datatype(dtype), mpi_comm(comm), &r));
@@ -313,7 +256,7 @@ void alltoallv(Communicator& comm, const void* send, const std::vector<size_t>& 
   check_buffer(recv, rt, "the output", "alltoallv");
   TESSERA_CHECK(send != recv || st == 0, "alltoallv cannot run in place; pass two buffers");
   // Every rank calls MPI even when it moves nothing: the others may still send to it.
-  Requests reqs(comm, "alltoallv", knobs().timeout_s);
+  Requests reqs(comm, "alltoallv", comm.settings().timeout_s);
   MPI_Request r = MPI_REQUEST_NULL;
   TESSERA_MPI_CHECK(MPI_Ialltoallv(send, sc.data(), sd.data(), mpi_datatype(dtype), recv, rc.data(),
                                    rd.data(), mpi_datatype(dtype), mpi_comm(comm), &r));
@@ -332,7 +275,7 @@ void exchange(Communicator& comm, const std::vector<PeerBuffer>& sends,
       check_buffer(b.data, b.bytes, "a buffer", "exchange");
     }
   }
-  Requests reqs(comm, "exchange", knobs().timeout_s);
+  Requests reqs(comm, "exchange", comm.settings().timeout_s);
   for (const PeerBuffer& b : recvs) {
     if (b.peer >= 0 && b.bytes > 0) reqs.irecv(b.data, b.bytes, b.peer, b.tag);
   }
@@ -343,7 +286,7 @@ void exchange(Communicator& comm, const std::vector<PeerBuffer>& sends,
 }
 
 void barrier(Communicator& comm) {
-  Requests reqs(comm, "barrier", knobs().timeout_s);
+  Requests reqs(comm, "barrier", comm.settings().timeout_s);
   MPI_Request r = MPI_REQUEST_NULL;
   TESSERA_MPI_CHECK(MPI_Ibarrier(mpi_comm(comm), &r));
   reqs.add(r, 0);

@@ -1,6 +1,6 @@
 // tessera's collectives on raw buffers. All are blocking for the caller, collective over the
 // communicator (every rank calls the same collective with matching arguments, in the same
-// order), and bounded by TESSERA_TIMEOUT: a peer that never shows up is a TimeoutError naming
+// order), and bounded by the communicator's timeout (TESSERA_TIMEOUT): a peer that never shows up is a TimeoutError naming
 // it, not a hang. In place: pass the same pointer for input and output (allgather: the input
 // at the rank's block of the output).
 //
@@ -20,16 +20,13 @@
 namespace tessera {
 namespace comm {
 
+// Segment size, colors, shared-memory staging and the timeout are the communicator's
+// (comm.settings()); tests reach the multi-segment paths on a communicator with small segments.
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::kSum;
-  // kAuto: TESSERA_ALLREDUCE's range for the size if one holds it, else the cost table.
+  // kAuto: the range of the communicator's TESSERA_ALLREDUCE that holds the size if one does,
+  // else its cost table.
   Algorithm algorithm = Algorithm::kAuto;
-  // 0: TESSERA_SEGMENT_BYTES. Tests set it small to reach the multi-segment paths.
-  size_t segment_bytes = 0;
-  // 0: TESSERA_COLORS.
-  int colors = 0;
-  // 0: TESSERA_SHM_BYTES.
-  size_t shm_bytes = 0;
 };
 
 // recv[i] = op over ranks of send[i], i < count, on every rank.
@@ -38,10 +35,6 @@ void allreduce(Communicator& comm, const void* send, void* recv, size_t count, D
 
 // The algorithm allreduce() runs for `bytes` on `comm` when asked for `requested`.
 Algorithm choose_allreduce(const Communicator& comm, size_t bytes, Algorithm requested);
-// The same choice with `override_ranges` in place of TESSERA_ALLREDUCE's (the engine's tuned
-// setting): the range that holds `bytes`, else the cost table.
-Algorithm choose_allreduce(const Communicator& comm, size_t bytes,
-                           const std::vector<SizeRange>& override_ranges);
 
 // recv (size * count elements) = every rank's send (count elements), in rank order.
 void allgather(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype);
@@ -52,7 +45,7 @@ void allgatherv(Communicator& comm, const void* send, void* recv, const std::vec
 void broadcast(Communicator& comm, void* buf, size_t count, DataType dtype, int root);
 // recv (block elements) on rank r = op over ranks of block r of send (size * block elements).
 void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t block, DataType dtype,
-                    ReduceOp op, size_t segment_bytes = 0);
+                    ReduceOp op);
 // Block j of send (block elements each) goes to rank j, landing in block r of its recv.
 void alltoall(Communicator& comm, const void* send, void* recv, size_t block, DataType dtype);
 // send_counts[j] elements go to rank j; recv_counts[j] come from rank j; blocks are packed in
@@ -82,12 +75,6 @@ void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t blo
                     ReduceOp op);
 void alltoall(Communicator& comm, const void* send, void* recv, size_t block, DataType dtype);
 }  // namespace mpi_reference
-
-// The process's cost table and override, identical on every rank (set by init).
-// set_cost_table is for init and tests, before collectives run on other threads.
-const CostTable& cost_table();
-void set_cost_table(const CostTable& table);
-std::vector<SizeRange> allreduce_override();
 
 }  // namespace comm
 }  // namespace tessera

@@ -14,7 +14,6 @@
 #include "comm/selector.h"
 #include "comm/shm_arena.h"
 #include "common/activity.h"
-#include "common/knobs.h"
 #include "common/logging.h"
 #include "common/reduce.h"
 
@@ -33,55 +32,88 @@ void broadcast_string(std::string& text, int rank) {
   }
 }
 
-// Every rank must choose the same algorithms, segment sizes and node split, so rank 0's
-// TESSERA_* values and cost table are used everywhere (mpirun -x or Slurm pass the same
-// environment to all ranks anyway). A bad value fails on every rank with the same message.
-void share_configuration(int rank) {
-  std::string values;
-  if (rank == 0) {
-    for (const auto& kv : knob_values_from_environment()) {
-      values += kv.first + '\0' + kv.second + '\0';
-    }
-  }
-  broadcast_string(values, rank);
-  std::vector<std::pair<std::string, std::string>> parsed;
-  for (size_t i = 0; i < values.size();) {
-    const size_t a = values.find('\0', i);
-    const size_t b = values.find('\0', a + 1);
-    parsed.emplace_back(values.substr(i, a - i), values.substr(a + 1, b - a - 1));
+// Every rank's values, serialised as name\0value\0... with its source error in front.
+std::string encode(const ResolvedSettings& mine) {
+  std::string out = mine.error;
+  out.push_back('\0');
+  for (const auto& kv : mine.values) out += kv.first + '\0' + kv.second + '\0';
+  return out;
+}
+
+void decode(const std::string& text, std::string* error, SettingValues* values) {
+  size_t i = text.find('\0');
+  *error = text.substr(0, i);
+  for (++i; i < text.size();) {
+    const size_t a = text.find('\0', i);
+    const size_t b = text.find('\0', a + 1);
+    (*values)[text.substr(i, a - i)] = text.substr(a + 1, b - a - 1);
     i = b + 1;
   }
-  const Knobs k = parse_knobs([&](const char* name) -> const char* {
-    for (const auto& kv : parsed) {
-      if (kv.first == name) return kv.second.c_str();
-    }
-    return nullptr;
-  });
-  set_knobs(k);
-  CostTable table;
-  table.segment_bytes = k.segment_bytes;
-  table.shm_bytes = k.shm_bytes;
-  table.colors = k.colors;
-  if (!k.cost_table.empty()) {
-    std::string text;
-    std::string error;
-    if (rank == 0) {
-      std::ifstream in(k.cost_table);
-      std::stringstream buf;
-      buf << in.rdbuf();
-      if (!in) error = "cannot read TESSERA_COST_TABLE='" + k.cost_table + "'";
-      text = buf.str();
-    }
-    broadcast_string(error, rank);
-    if (!error.empty()) throw InvalidArgument(error + " (rank 0 reads it for everyone)");
-    broadcast_string(text, rank);
-    table = cost_table_from_json(text);
-    table.segment_bytes = k.segment_bytes;
-    table.shm_bytes = k.shm_bytes;
-    table.colors = k.colors;
-  }
-  set_cost_table(table);
 }
+
+// Every rank must choose the same algorithms, segment sizes and node split: each rank's values
+// are gathered and compared, and any rank's problem (a bad source, a differing value) becomes
+// the same InvalidArgument on every rank, so that none is left waiting for one that threw.
+SettingValues agree(const ResolvedSettings& mine, int size) {
+  const std::string text = encode(mine);
+  int len = static_cast<int>(text.size());
+  std::vector<int> lens(static_cast<size_t>(size)), offsets(static_cast<size_t>(size));
+  TESSERA_MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    offsets[static_cast<size_t>(r)] = total;
+    total += lens[static_cast<size_t>(r)];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  TESSERA_MPI_CHECK(MPI_Allgatherv(text.data(), len, MPI_CHAR, &all[0], lens.data(),
+                                   offsets.data(), MPI_CHAR, MPI_COMM_WORLD));
+  std::vector<SettingValues> by_rank(static_cast<size_t>(size));
+  std::string errors;
+  for (int r = 0; r < size; ++r) {
+    std::string error;
+    decode(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]),
+                      static_cast<size_t>(lens[static_cast<size_t>(r)])),
+           &error, &by_rank[static_cast<size_t>(r)]);
+    if (!error.empty()) errors += detail::concat(errors.empty() ? "" : "; ", "rank ", r, ": ", error);
+  }
+  if (!errors.empty()) throw InvalidArgument("tessera settings: " + errors);
+  const std::string differ = settings_disagreement(by_rank);
+  if (!differ.empty()) throw InvalidArgument("tessera settings: " + differ);
+  return by_rank.front();
+}
+
+// The text of `path`, read by rank 0 and broadcast (a read error is every rank's).
+std::string read_on_rank0(const std::string& path, int rank) {
+  std::string text;
+  std::string error;
+  if (rank == 0) {
+    std::ifstream in(path);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    if (!in) error = "cannot read TESSERA_COST_TABLE='" + path + "'";
+    text = buf.str();
+  }
+  broadcast_string(error, rank);
+  if (!error.empty()) throw InvalidArgument(error + " (rank 0 reads it for everyone)");
+  broadcast_string(text, rank);
+  return text;
+}
+
+// Rank 0 reads the cost table for everyone; a read error is every rank's. The table predicts
+// with the settings' segment size, staging size and colors.
+std::shared_ptr<const CostTable> load_cost_table(const std::string& path, const Settings& s,
+                                                 int rank) {
+  CostTable table;
+  if (!path.empty()) table = cost_table_from_json(read_on_rank0(path, rank));
+  table.segment_bytes = s.segment_bytes;
+  table.shm_bytes = s.shm_bytes;
+  table.colors = s.colors;
+  return std::make_shared<const CostTable>(table);
+}
+
+
+// The settings init agreed on: the default of Communicator::world().
+Settings g_world_settings;
 
 }  // namespace
 
@@ -92,7 +124,7 @@ std::string mpi_error_string(int code) {
   return std::string(text, static_cast<size_t>(len));
 }
 
-void init(int* argc, char*** argv) {
+SettingValues init(int* argc, char*** argv, const ResolvedSettings& mine) {
   int already = 0;
   TESSERA_MPI_CHECK(MPI_Initialized(&already));
   int provided = MPI_THREAD_SINGLE;
@@ -109,10 +141,19 @@ void init(int* argc, char*** argv) {
         "): its engine thread and the training thread both call MPI. Use an MPI built with "
         "thread support (Debian's Open MPI has it), or initialise MPI with MPI_Init_thread.");
   }
-  int rank = 0;
+  int rank = 0, size = 1;
   TESSERA_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  TESSERA_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
   set_log_rank(rank);
-  share_configuration(rank);
+  const SettingValues agreed = agree(mine, size);
+  set_log_level(parse_log_level(kLogLevel.get(agreed)));
+  if (rank == 0) {
+    for (const std::string& w : mine.warnings) TESSERA_LOG(kWarning, w);
+  }
+  Settings world = settings_from(agreed);
+  world.cost_table = load_cost_table(kCostTable.get(agreed), world, rank);
+  const double heartbeat_s = kHeartbeatTimeout.get(agreed);
+  g_world_settings = world;
   {
     // Ranks on this node against its cores decides how waits back off (backoff.h).
     MPI_Comm node = MPI_COMM_NULL;
@@ -124,8 +165,15 @@ void init(int* argc, char*** argv) {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     set_oversubscribed(cores > 0 && node_ranks > cores);
   }
-  start_liveness(knobs().heartbeat_timeout_s);
+  if (!liveness_running()) start_liveness(heartbeat_s);
   TESSERA_LOG(kDebug, "reduction kernels: ", reduce_isa());
+  return agreed;
+}
+
+SettingValues init(int* argc, char*** argv) {
+  ResolvedSettings mine;
+  mine.values = environment_settings();
+  return init(argc, argv, mine);
 }
 
 void finalize(const std::string& error) {
@@ -178,8 +226,9 @@ void describe_members(CommState& s) {
   MPI_Group_free(&world);
 }
 
-std::unique_ptr<CommState> state_over(MPI_Comm comm) {
+std::unique_ptr<CommState> state_over(MPI_Comm comm, const Settings& settings) {
   auto s = std::make_unique<CommState>();
+  s->settings = settings;
   s->comm = comm;
   describe_members(*s);
   return s;
@@ -187,8 +236,10 @@ std::unique_ptr<CommState> state_over(MPI_Comm comm) {
 
 }  // namespace
 
-std::unique_ptr<Communicator> Communicator::from_dup(CommState&& base, bool with_nodes) {
+std::unique_ptr<Communicator> Communicator::from_dup(CommState&& base, bool with_nodes,
+                                                    const Settings& settings) {
   std::unique_ptr<CommState> s(new CommState());
+  s->settings = settings;
   s->comm = base.comm;
   base.comm = MPI_COMM_NULL;
   describe_members(*s);
@@ -201,12 +252,12 @@ std::unique_ptr<Communicator> Communicator::from_dup(CommState&& base, bool with
     int shared_rank = 0;
     TESSERA_MPI_CHECK(MPI_Comm_rank(shared, &shared_rank));
     MPI_Comm local = shared;
-    const int per_node = knobs().ranks_per_node;
+    const int per_node = settings.ranks_per_node;
     if (per_node > 0) {
       TESSERA_MPI_CHECK(MPI_Comm_split(shared, shared_rank / per_node, shared_rank, &local));
       MPI_Comm_free(&shared);
     }
-    std::unique_ptr<Communicator> local_comm(new Communicator(state_over(local)));
+    std::unique_ptr<Communicator> local_comm(new Communicator(state_over(local, settings)));
     const int local_rank = local_comm->rank();
     const int local_size = local_comm->size();
     // Node index: the number of node leaders (local rank 0) with a lower world position.
@@ -226,22 +277,36 @@ std::unique_ptr<Communicator> Communicator::from_dup(CommState&& base, bool with
     MPI_Comm cross = MPI_COMM_NULL;
     TESSERA_MPI_CHECK(MPI_Comm_split(s->comm, local_rank, s->rank, &cross));
     s->local = std::move(local_comm);
-    s->cross.reset(new Communicator(state_over(cross)));
+    s->cross.reset(new Communicator(state_over(cross, settings)));
   }
   return std::unique_ptr<Communicator>(new Communicator(std::move(s)));
 }
 
-std::unique_ptr<Communicator> Communicator::world() {
+std::unique_ptr<Communicator> Communicator::world() { return world(g_world_settings); }
+
+std::unique_ptr<Communicator> Communicator::world(const Settings& settings) {
   TESSERA_CHECK(is_initialized(), "tessera::comm::init() must run before Communicator::world()");
   CommState base;
   TESSERA_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &base.comm));
-  return from_dup(std::move(base), /*with_nodes=*/true);
+  return from_dup(std::move(base), /*with_nodes=*/true, settings);
 }
 
-std::unique_ptr<Communicator> Communicator::dup() const {
+std::unique_ptr<Communicator> Communicator::dup() const { return dup(state_->settings); }
+
+std::unique_ptr<Communicator> Communicator::dup(const Settings& settings) const {
   CommState base;
   TESSERA_MPI_CHECK(MPI_Comm_dup(state_->comm, &base.comm));
-  return from_dup(std::move(base), state_->local != nullptr);
+  return from_dup(std::move(base), state_->local != nullptr, settings);
+}
+
+const Settings& Communicator::settings() const { return state_->settings; }
+
+void Communicator::set_settings(const Settings& settings) {
+  state_->settings = settings;
+  state_->choices = {};  // chosen under the old settings
+  // The node groups keep what depends on this communicator's settings in step.
+  if (state_->local) state_->local->set_settings(settings);
+  if (state_->cross) state_->cross->set_settings(settings);
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) const {
@@ -249,7 +314,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) const {
   TESSERA_MPI_CHECK(
       MPI_Comm_split(state_->comm, color < 0 ? MPI_UNDEFINED : color, key, &base.comm));
   if (base.comm == MPI_COMM_NULL) return nullptr;
-  return from_dup(std::move(base), /*with_nodes=*/true);
+  return from_dup(std::move(base), /*with_nodes=*/true, state_->settings);
 }
 
 int Communicator::rank() const { return state_->rank; }
@@ -287,7 +352,8 @@ ShmArena& Communicator::shm_arena(size_t bytes_per_rank) {
   // same order, so every rank grows at the same call).
   if (!state_->arena || state_->arena->bytes_per_rank() < bytes_per_rank) {
     state_->arena.reset();
-    state_->arena = std::make_unique<ShmArena>(*state_->local, bytes_per_rank, knobs().timeout_s);
+    state_->arena = std::make_unique<ShmArena>(*state_->local, bytes_per_rank,
+                                               state_->settings.timeout_s);
   }
   return *state_->arena;
 }

@@ -15,12 +15,23 @@
 #include <string>
 #include <vector>
 
+#include "comm/settings.h"
+#include "common/settings.h"
+
 namespace tessera {
 namespace comm {
 
-// Initialises MPI with MPI_THREAD_MULTIPLE (throws CommError if the library provides less),
-// reads the knob registry once and loads the reduction kernels. Safe to call twice.
-void init(int* argc, char*** argv);
+// Initialises MPI with MPI_THREAD_MULTIPLE (throws CommError if the library provides less), then
+// agrees on `mine` with every rank: the same values everywhere, or InvalidArgument on every rank
+// naming each setting that differs and the ranks (and any rank's `mine.error`). The agreed values
+// give the world communicator's Settings (rank 0 reads TESSERA_COST_TABLE for everyone), the log
+// level and the liveness monitor; they are returned for the layers above to read their own.
+// Safe to call twice (the second call agrees again and replaces the world's settings).
+SettingValues init(int* argc, char*** argv, const ResolvedSettings& mine);
+// The same with this process's environment as the only source (tests, tools without
+// tessera::init). comm cannot tell another layer's names from typos, so every TESSERA_* name
+// is kept and agreed on; tessera::init, which knows every layer, checks the names.
+SettingValues init(int* argc, char*** argv);
 // Finalises MPI if init() initialised it. With `error` non-empty (this rank is leaving because
 // of it), every rank still running is told so and ends naming this rank and the error
 // (comm/liveness.h). Never throws.
@@ -32,8 +43,10 @@ struct CommState;
 
 class Communicator {
  public:
-  // A new communicator over every rank (collective over MPI_COMM_WORLD).
+  // A new communicator over every rank (collective over MPI_COMM_WORLD), with the settings init
+  // agreed on, or with `settings` (the same on every rank).
   static std::unique_ptr<Communicator> world();
+  static std::unique_ptr<Communicator> world(const Settings& settings);
 
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -57,11 +70,19 @@ class Communicator {
   Communicator* local() const;
   Communicator* cross() const;
 
-  // A communicator over the same ranks with its own message space. Collective.
+  // A communicator over the same ranks with its own message space, and this one's settings or
+  // `settings` (the same on every rank). Collective.
   std::unique_ptr<Communicator> dup() const;
-  // Ranks with equal `color` form one communicator, ordered by (key, rank). A negative color
-  // returns nullptr for that rank. Collective.
+  std::unique_ptr<Communicator> dup(const Settings& settings) const;
+  // Ranks with equal `color` form one communicator (with this one's settings), ordered by
+  // (key, rank). A negative color returns nullptr for that rank. Collective.
   std::unique_ptr<Communicator> split(int color, int key) const;
+
+  // What collectives on this communicator use (timeout, segments, colors, algorithm ranges, cost
+  // table). set_settings is for the thread that issues this communicator's collectives (the
+  // engine switches tuned settings on its own); every rank must set the same at the same point.
+  const Settings& settings() const;
+  void set_settings(const Settings& settings);
 
   // Persistent scratch memory owned by this communicator: slot `slot` (0..3) grown to at least
   // `bytes` and kept for later calls, so collectives do not page-fault fresh memory every call.
@@ -80,7 +101,8 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<CommState> state);
-  static std::unique_ptr<Communicator> from_dup(CommState&& base, bool with_nodes);
+  static std::unique_ptr<Communicator> from_dup(CommState&& base, bool with_nodes,
+                                                const Settings& settings);
   friend struct CommState;
 
   std::unique_ptr<CommState> state_;

@@ -19,8 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "common/settings.h"
+
 namespace tessera {
 namespace comm {
+
+inline constexpr NumberSetting kHeartbeatTimeout{
+    "TESSERA_HEARTBEAT_TIMEOUT", 10.0, "seconds", false, "no monitor",
+    "a rank whose ring neighbour hears no heartbeat from it this long is taken for dead (killed, "
+    "hung, or cut off): every rank ends with exit status 75, naming it and what it had in flight "
+    "(`docs/reliability.md`)"};
 
 // Exit status of a rank that ended because another rank died or failed.
 constexpr int kExitPeerLost = 75;

@@ -30,8 +30,24 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
+// The last algorithm choices of a communicator, so that a steady stream of allreduces pays a
+// hash lookup, not a walk over the cost table (collectives.cc). Emptied when settings change.
+struct ChoiceCache {
+  static constexpr size_t kSlots = 64;
+  struct Entry {
+    bool used = false;
+    size_t bytes = 0;
+    Algorithm requested = Algorithm::kAuto;
+    Algorithm algorithm = Algorithm::kAuto;
+    Algorithm cross_algorithm = Algorithm::kRing;
+  };
+  Entry slots[kSlots];
+};
+
 struct CommState {
   MPI_Comm comm = MPI_COMM_NULL;
+  Settings settings;
+  ChoiceCache choices;
   int rank = 0;
   int size = 1;
   std::vector<int> world_ranks;  // world rank of each member

@@ -7,7 +7,7 @@
 
 #include "comm/topology.h"
 #include "common/error.h"
-#include "common/knobs.h"
+#include "common/settings.h"
 #include "common/strings.h"
 
 namespace tessera {

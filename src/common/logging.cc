@@ -22,6 +22,14 @@ const char* level_name(LogLevel level) {
 }
 }  // namespace
 
+LogLevel parse_log_level(const std::string& word) {
+  if (word == "debug") return LogLevel::kDebug;
+  if (word == "info") return LogLevel::kInfo;
+  if (word == "error") return LogLevel::kError;
+  TESSERA_CHECK(word == "warning", "unknown log level '", word, "'; accepted: ", kLogLevel.choices);
+  return LogLevel::kWarning;
+}
+
 void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
 LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
 void set_log_rank(int rank) { g_rank = rank; }

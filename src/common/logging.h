@@ -4,12 +4,18 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/settings.h"
 
 namespace tessera {
 
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 
-// Messages below this level are dropped. Set once from the knob registry at init.
+inline constexpr ChoiceSetting kLogLevel{"TESSERA_LOG_LEVEL", "warning", "debug,info,warning,error",
+                                         "log lines below this level are dropped"};
+// kLogLevel's word as a level.
+LogLevel parse_log_level(const std::string& word);
+
+// Messages below this level are dropped. Set once from TESSERA_LOG_LEVEL at init.
 void set_log_level(LogLevel level);
 LogLevel log_level();
 // The rank shown in front of every line ("[rank 3] ..."); -1 before MPI is initialised.

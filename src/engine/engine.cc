@@ -7,7 +7,6 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -15,32 +14,16 @@
 #include "comm/communicator.h"
 #include "common/activity.h"
 #include "common/error.h"
-#include "engine/set_engine.h"
+#include "engine/process_set.h"
 
 namespace tessera {
 namespace engine {
-EngineOptions EngineOptions::from_knobs(const Knobs& k) {
-  EngineOptions o;
-  o.cycle_time_ms = k.cycle_time_ms;
-  o.idle_backoff_ms = k.idle_backoff_ms;
-  o.fusion_threshold = k.fusion_threshold;
-  o.cache_capacity = k.cache_capacity;
-  o.stall_check_s = k.stall_check_s;
-  o.stall_shutdown_s = k.stall_shutdown_s;
-  o.timeline = k.timeline;
-  return o;
-}
-
-bool Tunables::operator==(const Tunables& o) const {
-  return cycle_time_ms == o.cycle_time_ms && fusion_threshold == o.fusion_threshold &&
-         cache_enabled == o.cache_enabled && allreduce == o.allreduce && colors == o.colors &&
-         segment_bytes == o.segment_bytes;
-}
+Engine::Engine(comm::Communicator& c) : Engine(c, options_for(c.settings())) {}
 
 Engine::Engine(comm::Communicator& c, const EngineOptions& options)
     : options_(options), base_(c.dup()) {
-  TESSERA_CHECK(options.cycle_time_ms >= 0, "cycle time must be >= 0 ms, got ",
-                options.cycle_time_ms);
+  TESSERA_CHECK(options.tunables.cycle_time_ms >= 0, "cycle time must be >= 0 ms, got ",
+                options.tunables.cycle_time_ms);
   sets_.push_back(std::make_unique<Impl>(c, options));
   if (!options.timeline.empty() && sets_[0]->comm->rank() == 0) {
     sets_[0]->timeline.start(options.timeline);
@@ -125,6 +108,7 @@ int Engine::add_process_set(std::vector<int> ranks) {
 
 void Engine::start_timeline(const std::string& path) { set_for(0).timeline.start(path); }
 void Engine::stop_timeline() { set_for(0).timeline.stop(); }
+bool Engine::tracing() const { return set_for(0).timeline.active(); }
 void Engine::trace(const std::string& row, const std::string& name,
                    std::chrono::steady_clock::time_point begin,
                    std::chrono::steady_clock::time_point end) {
@@ -181,19 +165,12 @@ Tunables Engine::tunables() const {
 
 namespace {
 
-// set_tunables' broadcast: a JSON text in a fixed-size buffer, so that every rank's request has
+// set_tunables' broadcast: the JSON text in a fixed-size buffer, so that every rank's request has
 // the same shape before it knows rank 0's values.
 constexpr size_t kTunablesBytes = 1024;
 
 std::vector<char> encode_tunables(const Tunables& t) {
-  const std::string text = nlohmann::json{
-      {"cycle_time_ms", t.cycle_time_ms},
-      {"fusion_threshold", t.fusion_threshold},
-      {"cache_enabled", t.cache_enabled},
-      {"allreduce", t.allreduce},
-      {"colors", t.colors},
-      {"segment_bytes",
-       t.segment_bytes}}.dump();
+  const std::string text = to_json(t);
   TESSERA_CHECK(text.size() < kTunablesBytes, "set_tunables: the settings are too long (",
                 text.size(), " bytes of JSON; at most ", kTunablesBytes - 1, ")");
   std::vector<char> buf(kTunablesBytes, '\0');
@@ -204,15 +181,7 @@ std::vector<char> encode_tunables(const Tunables& t) {
 }  // namespace
 
 Tunables decode_tunables(const char* buf) {
-  const nlohmann::json j = nlohmann::json::parse(std::string(buf, strnlen(buf, kTunablesBytes)));
-  Tunables t;
-  t.cycle_time_ms = j.at("cycle_time_ms").get<double>();
-  t.fusion_threshold = j.at("fusion_threshold").get<size_t>();
-  t.cache_enabled = j.at("cache_enabled").get<bool>();
-  t.allreduce = j.at("allreduce").get<std::string>();
-  t.colors = j.at("colors").get<int>();
-  t.segment_bytes = j.at("segment_bytes").get<size_t>();
-  return t;
+  return tunables_from_json(std::string(buf, strnlen(buf, kTunablesBytes)));
 }
 
 void Engine::set_tunables(const Tunables& t) {
@@ -220,7 +189,13 @@ void Engine::set_tunables(const Tunables& t) {
   // rather than only on the rank whose engine thread would parse it.
   TESSERA_CHECK(t.cycle_time_ms >= 0, "set_tunables: cycle time must be >= 0 ms, got ",
                 t.cycle_time_ms);
-  TESSERA_CHECK(t.colors >= 0, "set_tunables: colors must be >= 0, got ", t.colors);
+  TESSERA_CHECK(t.colors >= comm::kColors.lo && t.colors <= comm::kColors.hi,
+                "set_tunables: colors must be from ", comm::kColors.lo, " to ", comm::kColors.hi,
+                ", got ", t.colors);
+  TESSERA_CHECK(t.segment_bytes >= comm::kSegmentBytes.lo &&
+                    t.segment_bytes <= comm::kSegmentBytes.hi,
+                "set_tunables: segment bytes must be from ", comm::kSegmentBytes.lo, " to ",
+                comm::kSegmentBytes.hi, ", got ", t.segment_bytes);
   comm::parse_override(t.allreduce);
   std::vector<char> buf = encode_tunables(t);
   if (rank() != 0) std::fill(buf.begin(), buf.end(), '\0');
@@ -236,7 +211,7 @@ void Engine::set_tunables(const Tunables& t) {
   one.push_back(std::move(r));
   Handle h =
       enqueue_group_impl(std::move(one), /*as_group=*/false, /*carries_tunables=*/true).front();
-  h.wait(knobs().timeout_s);
+  h.wait(options_.timeout_s);
 }
 
 std::vector<Engine::CycleTime> Engine::cycle_log() const {

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "common/knobs.h"
 #include "engine/handle.h"
+#include "engine/options.h"
 #include "engine/tensor_spec.h"
 
 namespace tessera {
@@ -33,38 +33,6 @@ namespace comm {
 class Communicator;
 }
 namespace engine {
-
-// The settings the autotuner (src/tune) changes while training runs. Every rank must hold the
-// same values: Engine::set_tunables switches them on every rank at one agreed point.
-struct Tunables {
-  double cycle_time_ms = 1.0;
-  size_t fusion_threshold = size_t{128} << 20;
-  bool cache_enabled = true;  // off: every tensor goes through the coordinator
-  // Allreduce algorithm by size range, TESSERA_ALLREDUCE's syntax (empty: TESSERA_ALLREDUCE's).
-  std::string allreduce;
-  int colors = 0;            // multicolor's trees (0: TESSERA_COLORS)
-  size_t segment_bytes = 0;  // pipelining unit of ring and trees (0: TESSERA_SEGMENT_BYTES)
-  bool operator==(const Tunables& o) const;
-  bool operator!=(const Tunables& o) const { return !(*this == o); }
-};
-
-struct EngineOptions {
-  double cycle_time_ms = 1.0;
-  // While every rank is idle the wait between cycles doubles up to this (ms; <= cycle time:
-  // no back-off).
-  double idle_backoff_ms = 8.0;
-  size_t fusion_threshold = size_t{128} << 20;
-  size_t cache_capacity = 1024;
-  double stall_check_s = 60.0;
-  double stall_shutdown_s = 300.0;  // 0: never
-  std::string timeline;
-  // What Tunables adds to the knobs above (empty / 0: the knobs').
-  std::string allreduce;
-  int colors = 0;
-  size_t segment_bytes = 0;
-  // The knobs' values (TESSERA_CYCLE_TIME, ...).
-  static EngineOptions from_knobs(const Knobs& k = knobs());
-};
 
 // One collective to enqueue. Buffers must stay valid until the handle is done.
 struct Request {
@@ -75,8 +43,10 @@ struct Request {
 
 class Engine {
  public:
-  // Collective over `comm` (the engine duplicates it for its own messages).
-  Engine(comm::Communicator& comm, const EngineOptions& options = EngineOptions::from_knobs());
+  // Collective over `comm` (the engine duplicates it for its own messages). Without options: the
+  // declared defaults, with `comm`'s algorithm settings and timeout (options_for).
+  explicit Engine(comm::Communicator& comm);
+  Engine(comm::Communicator& comm, const EngineOptions& options);
   // Shuts down (agreed with the other ranks) and joins the thread. Never throws.
   ~Engine();
   Engine(const Engine&) = delete;
@@ -161,10 +131,11 @@ class Engine {
   // returns the set's id for Request::spec.process_set. Set 0 is every rank.
   int add_process_set(std::vector<int> ranks);
 
-  // Starts / stops the Chrome trace of this rank's engine (TESSERA_TIMELINE starts it on
-  // rank 0 at construction). start throws InvalidArgument if the file cannot be written.
+  // Starts / stops the Chrome trace of this rank's engine (EngineOptions::timeline starts it on
+  // rank 0 at construction). tracing(): whether this rank writes one now. start throws InvalidArgument if the file cannot be written.
   void start_timeline(const std::string& path);
   void stop_timeline();
+  bool tracing() const;
   // Adds a span of the caller's own (for example the trainer's FORWARD and BACKWARD) to the
   // timeline on its row `row`, so collectives can be seen against it. No-op while not tracing.
   void trace(const std::string& row, const std::string& name,

@@ -51,7 +51,7 @@ int Timeline::row_of(const std::string& tensor) {
 }
 
 void Timeline::event(const std::string& tensor, const std::string& name, Clock::time_point begin,
-                     Clock::time_point end, const std::string& args_json) {
+                     Clock::time_point end, const nlohmann::json& args) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (file_ == nullptr) return;
   const int row = row_of(tensor);
@@ -63,7 +63,7 @@ void Timeline::event(const std::string& tensor, const std::string& name, Clock::
                       {"tid", row},
                       {"ts", ts},
                       {"dur", dur},
-                      {"args", nlohmann::json::parse(args_json)}};
+                      {"args", args}};
   buffer_ += (first_ ? "\n" : ",\n") + e.dump();
   first_ = false;
   if (buffer_.size() > (64u << 10)) write("");

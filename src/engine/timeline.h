@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace tessera {
@@ -32,9 +33,10 @@ class Timeline {
   // Lock-free, so the engine can skip per-tensor tracing work while nobody traces.
   bool active() const { return active_.load(std::memory_order_relaxed); }
 
-  // A complete event on the row of `tensor`; `args_json` is a JSON object ("{}" if none).
+  // A complete event on the row of `tensor`, with `args` shown beside it. The one writer of
+  // trace events: every caller hands its arguments over as JSON values.
   void event(const std::string& tensor, const std::string& name, Clock::time_point begin,
-             Clock::time_point end, const std::string& args_json = "{}");
+             Clock::time_point end, const nlohmann::json& args = nlohmann::json::object());
   // Writes what is buffered and re-closes the array.
   void flush();
 

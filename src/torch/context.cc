@@ -6,7 +6,9 @@
 #include <mutex>
 
 #include "common/error.h"
-#include "common/knobs.h"
+#include "common/settings.h"
+#include "tune/config_file.h"
+#include "tune/settings.h"
 #include "common/logging.h"
 #include "tessera/torch.h"
 #include "torch/memory_policy.h"
@@ -37,18 +39,38 @@ std::string auto_name(const char* kind) {
 
 }  // namespace detail
 
-void init() {
+// A config file that cannot be read is this rank's error, reported by every rank once they
+// agree (a file present on some hosts only fails everywhere, naming the ranks that lack it).
+ResolvedSettings resolve_init_options(const InitOptions& options) {
+  SettingSources sources;
+  sources.explicit_values = options.settings;
+  if (options.read_environment) sources.environment = environment_settings();
+  std::string config_error;
+  if (!options.config_file.empty()) {
+    try {
+      sources.config_file = tune::read_config(options.config_file);
+    } catch (const std::exception& e) {
+      config_error = e.what();
+    }
+  }
+  ResolvedSettings r = resolve_settings(sources, declared_settings());
+  if (!config_error.empty()) r.error += (r.error.empty() ? "" : "; ") + config_error;
+  return r;
+}
+
+void init(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(detail::g_mu);
   if (detail::g_context) return;
   detail::g_owns_mpi = !comm::is_initialized();
-  comm::init(nullptr, nullptr);
-  const std::string policy =
-      detail::apply_malloc_policy(detail::parse_malloc_policy(knobs().malloc_policy));
   auto ctx = std::make_unique<detail::Context>();
+  ctx->settings = comm::init(nullptr, nullptr, resolve_init_options(options));
+  const SettingValues& agreed = ctx->settings;
+  const std::string policy = detail::apply_malloc_policy(
+      detail::parse_malloc_policy(detail::kMallocPolicy.get(agreed)));
   ctx->world = comm::Communicator::world();
-  ctx->engine = std::make_unique<engine::Engine>(*ctx->world);
-  if (knobs().autotune) {
-    ctx->tuner = std::make_unique<tune::StepTuner>(*ctx->engine, *ctx->world, knobs());
+  ctx->engine = std::make_unique<engine::Engine>(*ctx->world, engine::options_from(agreed));
+  if (tune::autotune_requested(agreed)) {
+    ctx->tuner = std::make_unique<tune::StepTuner>(*ctx->engine, *ctx->world, agreed);
   }
   TESSERA_LOG(kInfo, "tessera::init: ", ctx->world->describe(), ", memory policy ", policy);
   detail::g_context = std::move(ctx);
@@ -85,5 +107,25 @@ int size() { return detail::context().world->size(); }
 int local_rank() { return detail::context().world->local_rank(); }
 int local_size() { return detail::context().world->local_size(); }
 engine::Engine& global_engine() { return *detail::context().engine; }
+
+const SettingValues& settings() {
+  static const SettingValues kNone;
+  std::lock_guard<std::mutex> lock(detail::g_mu);
+  return detail::g_context ? detail::g_context->settings : kNone;
+}
+
+double timeout_s() { return comm::kTimeout.get(settings()); }
+
+std::unique_ptr<comm::Communicator> new_world_communicator() {
+  return detail::context().world->dup();
+}
+
+void start_timeline(const std::string& path) { global_engine().start_timeline(path); }
+void stop_timeline() { global_engine().stop_timeline(); }
+bool timeline_active() { return global_engine().tracing(); }
+void trace(const std::string& row, const std::string& name,
+           std::chrono::steady_clock::time_point begin, std::chrono::steady_clock::time_point end) {
+  global_engine().trace(row, name, begin, end);
+}
 
 }  // namespace tessera

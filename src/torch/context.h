@@ -7,6 +7,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "common/settings.h"
 #include "engine/engine.h"
 #include "tune/step_tuner.h"
 
@@ -14,6 +15,7 @@ namespace tessera {
 namespace detail {
 
 struct Context {
+  SettingValues settings;  // what every rank agreed on at init
   std::unique_ptr<comm::Communicator> world;
   std::unique_ptr<engine::Engine> engine;
   // TESSERA_AUTOTUNE=1: fed by every DistributedOptimizer::step (null otherwise).

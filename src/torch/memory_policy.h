@@ -10,12 +10,21 @@
 
 #include <string>
 
+#include "common/settings.h"
+
 namespace tessera {
 namespace detail {
 
+inline constexpr ChoiceSetting kMallocPolicy{
+    "TESSERA_MALLOC_POLICY", "keep", "keep,system",
+    "process memory policy set at `tessera::init` (docs/training.md): `keep` raises glibc's mmap "
+    "threshold (to the largest it accepts, 32 MiB) and trim threshold (2 GiB) so libtorch's "
+    "activation buffers are reused rather than returned to the kernel and page-faulted back "
+    "every step; `system` keeps glibc's defaults (and whatever `GLIBC_TUNABLES` says)"};
+
 enum class MallocPolicy { kKeep, kSystem };
 
-// "keep" or "system"; throws InvalidArgument naming the accepted values.
+// kMallocPolicy's word ("keep" or "system") as a policy.
 MallocPolicy parse_malloc_policy(const std::string& text);
 // Applies the policy to this process (mallopt). Returns a description of what was set.
 std::string apply_malloc_policy(MallocPolicy policy);

@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "common/knobs.h"
 #include "models/registry.h"
 #include "tessera/torch.h"
 #include "torch/memory_policy.h"
@@ -54,7 +53,7 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
         "Model: %s\nBatch size: %lld\nImage size: %lld\nNumber of ranks: %d\n"
         "Threads per rank: %d\nMemory policy: %s\n",
         o.model.c_str(), static_cast<long long>(o.batch_size), static_cast<long long>(o.image_size),
-        size(), o.threads, knobs().malloc_policy.c_str());
+        size(), o.threads, detail::kMallocPolicy.get(settings()).c_str());
     std::printf("Running warmup...\n");
     std::fflush(stdout);
   }
@@ -98,7 +97,7 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
                           {"image_size", o.image_size},
                           {"ranks", size()},
                           {"threads", o.threads},
-                          {"malloc_policy", knobs().malloc_policy},
+                          {"malloc_policy", detail::kMallocPolicy.get(settings())},
                           {"per_rank", rates},
                           {"per_rank_mean", r.per_rank_mean},
                           {"total_mean", r.total_mean},

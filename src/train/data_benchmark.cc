@@ -8,7 +8,6 @@
 #include <numeric>
 
 #include "common/error.h"
-#include "common/knobs.h"
 #include "common/stats.h"
 #include "data/prefetcher.h"
 #include "data/sample_source.h"
@@ -37,7 +36,7 @@ double pump(data::SampleSource& src, int workers, int64_t batch, int64_t batches
         return src.make_batch(positions, static_cast<size_t>((k % per_epoch) * batch),
                               static_cast<size_t>(batch), epoch);
       },
-      workers, 2 * workers, 0, batches, knobs().timeout_s);
+      workers, 2 * workers, 0, batches, timeout_s());
   const Clock::time_point t0 = Clock::now();
   int64_t samples = 0;
   for (int64_t k = 0; k < batches; ++k) samples += pipe.next().images.size(0);

@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "common/knobs.h"
 #include "data/reshuffle.h"
 #include "data/sampler.h"
 #include "tessera/torch.h"
@@ -76,7 +75,7 @@ TrainInput::TrainInput(const InputOptions& o) : o_(o) {
     std::vector<int64_t> val_shard;
     for (int64_t i = rank_; i < val_n; i += world_) val_shard.push_back(i);
     val_src_ = std::make_unique<data::SampleSource>(*val_set_, std::move(val_shard), so);
-    if (o.global_shuffle && o.dist) data_comm_ = comm::Communicator::world();
+    if (o.global_shuffle && o.dist) data_comm_ = new_world_communicator();
   }
 }
 
@@ -141,7 +140,7 @@ void TrainInput::begin_epoch(int64_t epoch, int64_t first, int64_t end) {
   }
   epoch_ = epoch;
   pipe_ = std::make_unique<data::Prefetcher<data::Batch>>(make, o_.workers, o_.prefetch, first, end,
-                                                          knobs().timeout_s);
+                                                          timeout_s());
 }
 
 data::Batch TrainInput::batch(int64_t step, int64_t end) {
@@ -249,7 +248,7 @@ void TrainInput::for_each_eval_batch(const std::function<void(const data::Batch&
         return val_src_->make_batch(*positions, static_cast<size_t>(begin),
                                     static_cast<size_t>(std::min(b, n - begin)), 0);
       },
-      o_.workers, o_.prefetch, 0, batches, knobs().timeout_s);
+      o_.workers, o_.prefetch, 0, batches, timeout_s());
   for (int64_t k = 0; k < batches; ++k) {
     data::Batch batch = pipe.next();
     if (batch.images.size(0) > 0) f(batch);

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "common/knobs.h"
+#include "tessera/torch.h"
 #include "data/augment.h"
 #include "data/sampler.h"
 #include "data/shape.h"
@@ -183,7 +183,7 @@ data::Batch SlideInput::batch(int64_t step, int64_t end) {
                   s / per_epoch, true);
     };
     pipe_ = std::make_unique<data::Prefetcher<data::Batch>>(make, o_.workers, o_.prefetch, step,
-                                                            end, knobs().timeout_s);
+                                                            end, timeout_s());
   }
   return pipe_->next();
 }

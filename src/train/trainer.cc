@@ -12,7 +12,6 @@
 #include "common/error.h"
 #include "data/sampler.h"
 #include "data/synthetic_shapes.h"
-#include "engine/engine.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
 #include "spatial/process_grid.h"
@@ -327,8 +326,8 @@ TrainResult run_training(const TrainOptions& o) {
   }
   // --timeline starts the engine's trace here; TESSERA_TIMELINE started it at init. Either way
   // the trainer's own spans go in beside the collectives.
-  const bool tracing = dist && root && (!o.timeline.empty() || !knobs().timeline.empty());
-  if (dist && root && !o.timeline.empty()) global_engine().start_timeline(o.timeline);
+  const bool tracing = dist && root && (!o.timeline.empty() || timeline_active());
+  if (dist && root && !o.timeline.empty()) start_timeline(o.timeline);
 
   // What this rank is doing, for the line it prints if another rank dies (common/activity.h).
   auto phase = [&](int64_t step, const char* what) {
@@ -410,8 +409,8 @@ TrainResult run_training(const TrainOptions& o) {
       const Clock::time_point t2 = Clock::now();
       step_loss += loss.item<double>() / passes;
       if (tracing) {
-        global_engine().trace("train", "FORWARD", t0, t1);
-        global_engine().trace("train", "BACKWARD", t1, t2);
+        trace("train", "FORWARD", t0, t1);
+        trace("train", "BACKWARD", t1, t2);
       }
     }
     const Clock::time_point t3 = Clock::now();
@@ -421,7 +420,7 @@ TrainResult run_training(const TrainOptions& o) {
     } else {
       sgd.step();
     }
-    if (tracing) global_engine().trace("train", "OPTIMIZER_STEP", t3, Clock::now());
+    if (tracing) trace("train", "OPTIMIZER_STEP", t3, Clock::now());
     interval_loss += step_loss;
     ++interval_steps;
     const int64_t done = step + 1;
@@ -498,7 +497,7 @@ TrainResult run_training(const TrainOptions& o) {
   }
   const Evaluation final_eval = run_eval(end);
   save(end);
-  if (dist && root && !o.timeline.empty()) global_engine().stop_timeline();
+  if (dist && root && !o.timeline.empty()) stop_timeline();
   result.steps = end;
   result.metric = final_eval.metric;
   result.metric_name = metric_name;

@@ -4,19 +4,20 @@
 
 #include "common/error.h"
 #include "common/stats.h"
+#include "tune/settings.h"
 
 namespace tessera {
 namespace tune {
-TunerOptions TunerOptions::from_knobs(const Knobs& k) {
+TunerOptions TunerOptions::from(const SettingValues& values) {
   TunerOptions o;
-  o.warmup_steps = k.autotune_warmup_steps;
-  o.steps_per_sample = k.autotune_steps_per_sample;
-  o.samples = k.autotune_samples;
-  o.bayes_trials = k.autotune_bayes_trials;
+  o.warmup_steps = static_cast<int>(kAutotuneWarmupSteps.get(values));
+  o.steps_per_sample = static_cast<int>(kAutotuneStepsPerSample.get(values));
+  o.samples = static_cast<int>(kAutotuneSamples.get(values));
+  o.bayes_trials = static_cast<int>(kAutotuneBayesTrials.get(values));
   return o;
 }
 
-Autotuner::Autotuner(const SearchSpace& space, const Fixed& fixed, const Config& initial,
+Autotuner::Autotuner(const SearchSpace& space, const Fixed& fixed, const Tunables& initial,
                      const TunerOptions& options)
     : space_(space), fixed_(fixed), o_(options), current_(initial), rng_(options.seed) {
   TESSERA_CHECK(
@@ -33,14 +34,14 @@ Autotuner::Autotuner(const SearchSpace& space, const Fixed& fixed, const Config&
   // Discrete choices: every algorithm x every cache setting, the starting one first so that
   // its score is the reference the others are compared with.
   std::vector<comm::Algorithm> algos =
-      fixed_.algorithm ? std::vector<comm::Algorithm>{initial.algorithm} : space_.algorithms;
-  std::vector<bool> caches = fixed_.cache ? std::vector<bool>{initial.cache} : space_.cache;
+      fixed_.algorithm ? std::vector<comm::Algorithm>{algorithm_of(initial)} : space_.algorithms;
+  std::vector<bool> caches = fixed_.cache ? std::vector<bool>{initial.cache_enabled} : space_.cache;
   discrete_.push_back(initial);
   for (comm::Algorithm a : algos) {
     for (bool cache : caches) {
-      Config c = initial;
-      c.algorithm = a;
-      c.cache = cache;
+      Tunables c = initial;
+      if (!fixed_.algorithm) c = with_algorithm(c, a);
+      c.cache_enabled = cache;
       if (std::find(discrete_.begin(), discrete_.end(), c) == discrete_.end()) {
         discrete_.push_back(c);
       }
@@ -107,7 +108,7 @@ double Autotuner::start_score() const {
   return score;
 }
 
-std::optional<Config> Autotuner::start(const Config& c, const char* phase) {
+std::optional<Tunables> Autotuner::start(const Tunables& c, const char* phase) {
   const bool changed = c != current_;
   current_ = c;
   trial_ = Trial{};
@@ -116,10 +117,10 @@ std::optional<Config> Autotuner::start(const Config& c, const char* phase) {
   trial_.first_step = step_;
   trial_step_ = 0;
   sample_bytes_ = sample_seconds_ = 0;
-  return changed ? std::optional<Config>(c) : std::nullopt;
+  return changed ? std::optional<Tunables>(c) : std::nullopt;
 }
 
-std::optional<Config> Autotuner::after_step(double bytes, double seconds) {
+std::optional<Tunables> Autotuner::after_step(double bytes, double seconds) {
   ++step_;
   switch (phase_) {
     case Phase::kDone:
@@ -144,13 +145,13 @@ std::optional<Config> Autotuner::after_step(double bytes, double seconds) {
   return finish_trial();
 }
 
-std::optional<Config> Autotuner::finish_trial() {
+std::optional<Tunables> Autotuner::finish_trial() {
   trial_.score = median(trial_.samples);
   trials_.push_back(trial_);
   if (phase_ == Phase::kDiscrete) {
     if (next_discrete_ < discrete_.size()) return start(discrete_[next_discrete_++], "discrete");
     phase_ = Phase::kBayes;
-    dims_ = continuous_dims(space_, fixed_, best_of_phase().config.algorithm);
+    dims_ = continuous_dims(space_, fixed_, algorithm_of(best_of_phase().config));
   } else if (phase_ == Phase::kBayes) {
     ++bayes_done_;
   }
@@ -176,21 +177,21 @@ std::optional<Config> Autotuner::finish_trial() {
     return start(confirm_[next_confirm_++], "confirm");
   }
   phase_ = Phase::kDone;
-  const Config winner = best().config;
+  const Tunables winner = best().config;
   const bool changed = winner != current_;
   current_ = winner;
-  return changed ? std::optional<Config>(winner) : std::nullopt;
+  return changed ? std::optional<Tunables>(winner) : std::nullopt;
 }
 
-Config Autotuner::propose() {
+Tunables Autotuner::propose() {
   // Observations: the trials of the discrete winner's algorithm and cache (the continuous knobs
   // vary only among these), in the unit cube.
-  const Config base = best_of_phase().config;
+  const Tunables base = best_of_phase().config;
   std::vector<std::vector<double>> xs;
   std::vector<double> ys;
-  std::vector<Config> seen;
+  std::vector<Tunables> seen;
   for (const Trial& t : trials_) {
-    if (t.config.algorithm != base.algorithm || t.config.cache != base.cache) continue;
+    if (t.config.allreduce != base.allreduce || t.config.cache_enabled != base.cache_enabled) continue;
     xs.push_back(to_unit(space_, dims_, t.config));
     ys.push_back(t.score);
     seen.push_back(t.config);
@@ -205,13 +206,13 @@ Config Autotuner::propose() {
   std::normal_distribution<double> near(0.0, 0.08);
   const std::vector<double> best_x = to_unit(space_, dims_, base);
   double best_ei = -1;
-  Config choice = base;
+  Tunables choice = base;
   for (int i = 0; i < 3000; ++i) {
     std::vector<double> u(dims_.size());
     for (size_t d = 0; d < u.size(); ++d) {
       u[d] = i % 3 == 0 ? std::min(1.0, std::max(0.0, best_x[d] + near(rng_))) : unit(rng_);
     }
-    const Config c = from_unit(space_, dims_, u, base);
+    const Tunables c = from_unit(space_, dims_, u, base);
     if (std::find(seen.begin(), seen.end(), c) != seen.end()) continue;
     const GpPrediction p = gp.predict(to_unit(space_, dims_, c));
     const double ei = expected_improvement(p.mean, p.sd, best_y, 0.01 * scale);

@@ -23,22 +23,23 @@
 
 #include "tune/gaussian_process.h"
 #include "tune/search_space.h"
+#include "tune/settings.h"
 
 namespace tessera {
 namespace tune {
 
 struct TunerOptions {
-  int warmup_steps = 5;
-  int steps_per_sample = 3;
-  int samples = 3;
-  int bayes_trials = 10;
+  int warmup_steps = static_cast<int>(kAutotuneWarmupSteps.fallback);
+  int steps_per_sample = static_cast<int>(kAutotuneStepsPerSample.fallback);
+  int samples = static_cast<int>(kAutotuneSamples.fallback);
+  int bayes_trials = static_cast<int>(kAutotuneBayesTrials.fallback);
   int finalists = 3;  // configurations measured again (besides the start) before choosing
   uint32_t seed = 1;
-  static TunerOptions from_knobs(const Knobs& k);
+  static TunerOptions from(const SettingValues& values);  // the declared defaults where unset
 };
 
 struct Trial {
-  Config config;
+  Tunables config;
   std::string phase;            // "discrete" or "bayes"
   std::vector<double> samples;  // bytes per second
   double score = 0;             // their median
@@ -49,15 +50,15 @@ class Autotuner {
  public:
   // `algorithms` are those usable on the communicator (the search space's list, filtered by the
   // caller); throws InvalidArgument naming the field when nothing is left to search.
-  Autotuner(const SearchSpace& space, const Fixed& fixed, const Config& start,
+  Autotuner(const SearchSpace& space, const Fixed& fixed, const Tunables& start,
             const TunerOptions& options);
 
   // After each training step: the bytes allreduced during it and its seconds. Returns the
   // configuration to run from the next step on, when it changes.
-  std::optional<Config> after_step(double bytes, double seconds);
+  std::optional<Tunables> after_step(double bytes, double seconds);
 
   bool done() const { return phase_ == Phase::kDone; }
-  const Config& current() const { return current_; }
+  const Tunables& current() const { return current_; }
   // The best configuration so far, with all its samples and, as its score, the worse of its
   // trials' scores; after the confirmation, the best finalist (the starting configuration,
   // unmeasured, until a trial completes).
@@ -72,21 +73,21 @@ class Autotuner {
 
  private:
   enum class Phase { kWarmup, kDiscrete, kBayes, kConfirm, kDone };
-  std::optional<Config> finish_trial();
-  std::optional<Config> start(const Config& c, const char* phase);
-  Config propose();
+  std::optional<Tunables> finish_trial();
+  std::optional<Tunables> start(const Tunables& c, const char* phase);
+  Tunables propose();
 
   SearchSpace space_;
   Fixed fixed_;
   TunerOptions o_;
   Phase phase_ = Phase::kWarmup;
   int step_ = 0;
-  Config current_;
-  std::vector<Config> discrete_;  // the discrete phase's queue
+  Tunables current_;
+  std::vector<Tunables> discrete_;  // the discrete phase's queue
   size_t next_discrete_ = 0;
   std::vector<Dim> dims_;  // continuous dimensions of the Bayesian phase
   int bayes_done_ = 0;
-  std::vector<Config> confirm_;  // the confirmation's queue
+  std::vector<Tunables> confirm_;  // the confirmation's queue
   size_t next_confirm_ = 0;
   Trial best_of_phase() const;  // the best single trial (the search phases' measure)
   // The trial being measured.

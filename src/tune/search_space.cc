@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "common/error.h"
@@ -110,72 +111,56 @@ SearchSpace parse_bounds(const std::string& text) {
   return s;
 }
 
-bool Config::operator==(const Config& o) const {
-  return algorithm == o.algorithm && cache == o.cache && fusion_threshold == o.fusion_threshold &&
-         cycle_time_ms == o.cycle_time_ms && segment_bytes == o.segment_bytes && colors == o.colors;
+comm::Algorithm algorithm_of(const Tunables& t) {
+  const std::vector<comm::SizeRange> ranges = comm::parse_override(t.allreduce);
+  const bool one = ranges.size() == 1 && ranges[0].lo == 0 &&
+                   ranges[0].hi == std::numeric_limits<size_t>::max();
+  return one ? ranges[0].algorithm : comm::Algorithm::kAuto;
 }
 
-Fixed Fixed::from_knobs(const Knobs& k) {
-  Fixed f;
-  f.algorithm = k.is_explicit("TESSERA_ALLREDUCE");
-  f.cache = k.is_explicit("TESSERA_CACHE_CAPACITY");
-  f.fusion_threshold = k.is_explicit("TESSERA_FUSION_THRESHOLD");
-  f.cycle_time = k.is_explicit("TESSERA_CYCLE_TIME");
-  f.segment_bytes = k.is_explicit("TESSERA_SEGMENT_BYTES");
-  f.colors = k.is_explicit("TESSERA_COLORS");
-  return f;
-}
-
-Config config_from_knobs(const Knobs& k) {
-  Config c;
-  // A range override cannot be one algorithm; the tuner starts from auto and, if the user set
-  // TESSERA_ALLREDUCE, never touches it (Fixed).
-  c.algorithm = comm::Algorithm::kAuto;
-  if (!k.allreduce.empty() && k.allreduce.find(':') == std::string::npos) {
-    c.algorithm = comm::parse_algorithm(trim(k.allreduce));
-  }
-  c.cache = k.cache_capacity > 0;
-  c.fusion_threshold = k.fusion_threshold;
-  c.cycle_time_ms = k.cycle_time_ms;
-  c.segment_bytes = k.segment_bytes;
-  c.colors = k.colors;
-  return c;
-}
-
-engine::Tunables to_tunables(const Config& c, const Fixed& f, const Knobs& k) {
-  engine::Tunables t;
-  t.cycle_time_ms = f.cycle_time ? k.cycle_time_ms : c.cycle_time_ms;
-  t.fusion_threshold = f.fusion_threshold ? k.fusion_threshold : c.fusion_threshold;
-  t.cache_enabled = f.cache ? k.cache_capacity > 0 : c.cache;
-  // Empty leaves TESSERA_ALLREDUCE (and the cost table) in charge.
-  t.allreduce = f.algorithm || c.algorithm == comm::Algorithm::kAuto
-                    ? ""
-                    : std::string(comm::algorithm_name(c.algorithm));
-  t.colors = f.colors ? 0 : c.colors;
-  t.segment_bytes = f.segment_bytes ? 0 : c.segment_bytes;
+Tunables with_algorithm(Tunables t, comm::Algorithm a) {
+  t.allreduce = a == comm::Algorithm::kAuto ? "" : comm::algorithm_name(a);
   return t;
 }
 
-std::vector<std::pair<std::string, std::string>> knob_values(const Config& c, const Fixed& f) {
+Fixed Fixed::from(const SettingValues& given) {
+  auto has = [&](const char* name) { return given.count(name) > 0; };
+  Fixed f;
+  f.algorithm = has(comm::kAllreduce.name);
+  f.cache = has(engine::kCacheCapacity.name);
+  f.fusion_threshold = has(engine::kFusionThreshold.name);
+  f.cycle_time = has(engine::kCycleTime.name);
+  f.segment_bytes = has(comm::kSegmentBytes.name);
+  f.colors = has(comm::kColors.name);
+  return f;
+}
+
+std::vector<std::pair<std::string, std::string>> setting_values(const Tunables& t,
+                                                                const Fixed& f) {
   std::vector<std::pair<std::string, std::string>> out;
-  if (!f.algorithm) out.emplace_back("TESSERA_ALLREDUCE", comm::algorithm_name(c.algorithm));
-  if (!f.cache) out.emplace_back("TESSERA_CACHE_CAPACITY", c.cache ? "1024" : "0");
+  // The text itself, so the file gives back exactly `t` ("" is auto).
+  if (!f.algorithm) out.emplace_back(comm::kAllreduce.name, t.allreduce);
+  if (!f.cache) {
+    out.emplace_back(engine::kCacheCapacity.name,
+                     t.cache_enabled ? std::to_string(engine::kCacheCapacity.fallback) : "0");
+  }
   if (!f.fusion_threshold) {
-    out.emplace_back("TESSERA_FUSION_THRESHOLD", std::to_string(c.fusion_threshold));
+    out.emplace_back(engine::kFusionThreshold.name, std::to_string(t.fusion_threshold));
   }
   if (!f.cycle_time) {
     std::ostringstream os;
-    os << c.cycle_time_ms;
-    out.emplace_back("TESSERA_CYCLE_TIME", os.str());
+    os << t.cycle_time_ms;
+    out.emplace_back(engine::kCycleTime.name, os.str());
   }
-  if (!f.segment_bytes) out.emplace_back("TESSERA_SEGMENT_BYTES", std::to_string(c.segment_bytes));
-  if (!f.colors) out.emplace_back("TESSERA_COLORS", std::to_string(c.colors));
+  if (!f.segment_bytes) out.emplace_back(comm::kSegmentBytes.name, std::to_string(t.segment_bytes));
+  if (!f.colors) out.emplace_back(comm::kColors.name, std::to_string(t.colors));
   return out;
 }
 
-std::string describe(const Config& c) {
+std::string describe(const Tunables& c) {
   std::ostringstream os;
-  os << "algorithm=" << comm::algorithm_name(c.algorithm) << " cache=" << (c.cache ? "on" : "off")
+  os << "algorithm=" << (c.allreduce.empty() ? "auto" : c.allreduce)
+     << " cache=" << (c.cache_enabled ? "on" : "off")
      << " fusion_threshold=" << c.fusion_threshold << " cycle_time_ms=" << c.cycle_time_ms
      << " segment_bytes=" << c.segment_bytes << " colors=" << c.colors;
   return os.str();
@@ -237,7 +222,7 @@ Axis axis(const SearchSpace& s, Dim d) {
   return {{0, 1}, false};
 }
 
-double value_of(const Config& c, Dim d) {
+double value_of(const Tunables& c, Dim d) {
   switch (d) {
     case Dim::kFusionThreshold:
       return static_cast<double>(c.fusion_threshold);
@@ -253,7 +238,7 @@ double value_of(const Config& c, Dim d) {
 
 }  // namespace
 
-std::vector<double> to_unit(const SearchSpace& s, const std::vector<Dim>& dims, const Config& c) {
+std::vector<double> to_unit(const SearchSpace& s, const std::vector<Dim>& dims, const Tunables& c) {
   std::vector<double> u;
   for (Dim d : dims) {
     const Axis a = axis(s, d);
@@ -269,8 +254,8 @@ std::vector<double> to_unit(const SearchSpace& s, const std::vector<Dim>& dims, 
   return u;
 }
 
-Config from_unit(const SearchSpace& s, const std::vector<Dim>& dims, const std::vector<double>& u,
-                 Config c) {
+Tunables from_unit(const SearchSpace& s, const std::vector<Dim>& dims,
+                   const std::vector<double>& u, Tunables c) {
   TESSERA_CHECK(u.size() == dims.size(), "from_unit: ", u.size(), " coordinates for ", dims.size(),
                 " dimensions");
   for (size_t i = 0; i < dims.size(); ++i) {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "comm/algorithm.h"
-#include "common/knobs.h"
-#include "engine/engine.h"
+#include "common/settings.h"
+#include "engine/options.h"
 
 namespace tessera {
 namespace tune {
@@ -38,34 +38,29 @@ struct SearchSpace {
 // naming the field for an unknown name, a bad number, LO > HI, or a list with no value.
 SearchSpace parse_bounds(const std::string& text);
 
-// One point of the search: the values of the knobs the tuner sets.
-struct Config {
-  comm::Algorithm algorithm = comm::Algorithm::kAuto;
-  bool cache = true;
-  size_t fusion_threshold = size_t{128} << 20;
-  double cycle_time_ms = 1.0;
-  size_t segment_bytes = size_t{256} << 10;
-  int colors = 4;
-  bool operator==(const Config& o) const;
-  bool operator!=(const Config& o) const { return !(*this == o); }
-};
+// One point of the search is the engine's own engine::Tunables. Its algorithm is one name
+// (or auto) while the tuner searches; a user's range text is kept as it is (the algorithm is
+// then fixed).
+using engine::Tunables;
 
-// Which knobs the user set (Knobs::set_explicitly): those stay as they are.
+// The one algorithm `t` runs at every size: kAuto for empty or range text.
+comm::Algorithm algorithm_of(const Tunables& t);
+// `t` running `a` at every size ("" for auto, which leaves the cost table in charge).
+Tunables with_algorithm(Tunables t, comm::Algorithm a);
+
+// Which settings were given (by name, in the agreed values): those stay as they are.
 struct Fixed {
   bool algorithm = false, cache = false, fusion_threshold = false, cycle_time = false,
        segment_bytes = false, colors = false;
-  static Fixed from_knobs(const Knobs& k);
+  static Fixed from(const SettingValues& given);
 };
 
-// The configuration the knobs describe now (the tuner's starting point).
-Config config_from_knobs(const Knobs& k);
-// The engine's settings for `c`; fixed knobs keep the knobs' own values.
-engine::Tunables to_tunables(const Config& c, const Fixed& fixed, const Knobs& k);
-// The knob values that reproduce `c` (name, value text), leaving out the fixed ones: what the
+// The setting values that reproduce `t` (name, value text), leaving out the fixed ones: what the
 // config file holds.
-std::vector<std::pair<std::string, std::string>> knob_values(const Config& c, const Fixed& fixed);
+std::vector<std::pair<std::string, std::string>> setting_values(const Tunables& t,
+                                                                const Fixed& fixed);
 // For logs: "algorithm=ring cache=on fusion_threshold=4194304 ...".
-std::string describe(const Config& c);
+std::string describe(const Tunables& t);
 
 // Whether the algorithm uses the segment size / the colors (only then are they searched).
 bool uses_segments(comm::Algorithm a);
@@ -75,10 +70,10 @@ bool uses_colors(comm::Algorithm a);
 enum class Dim { kFusionThreshold, kCycleTime, kSegmentBytes, kColors };
 const char* dim_name(Dim d);
 std::vector<Dim> continuous_dims(const SearchSpace& s, const Fixed& fixed, comm::Algorithm a);
-std::vector<double> to_unit(const SearchSpace& s, const std::vector<Dim>& dims, const Config& c);
+std::vector<double> to_unit(const SearchSpace& s, const std::vector<Dim>& dims, const Tunables& c);
 // Rounds to what the knobs hold: whole KiB for byte sizes, whole colors, 0.01 ms.
-Config from_unit(const SearchSpace& s, const std::vector<Dim>& dims, const std::vector<double>& u,
-                 Config base);
+Tunables from_unit(const SearchSpace& s, const std::vector<Dim>& dims,
+                   const std::vector<double>& u, Tunables base);
 
 }  // namespace tune
 }  // namespace tessera

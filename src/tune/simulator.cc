@@ -31,14 +31,28 @@ Workload workload_from_sizes(const std::string& name, const std::vector<double>&
   return w;
 }
 
-StepResult simulate_step(const Machine& m, const Workload& w, int gpus, const SimSettings& s) {
+namespace {
+
+// The algorithm override's choice for `bytes`: the range that holds it, else auto.
+comm::Algorithm override_for(const std::vector<comm::SizeRange>& ranges, double bytes) {
+  for (const comm::SizeRange& r : ranges) {
+    if (bytes >= static_cast<double>(r.lo) && bytes <= static_cast<double>(r.hi)) {
+      return r.algorithm;
+    }
+  }
+  return comm::Algorithm::kAuto;
+}
+
+}  // namespace
+
+StepResult simulate_step(const Machine& m, const Workload& w, int gpus, const engine::Tunables& s) {
+  const std::vector<comm::SizeRange> ranges = comm::parse_override(s.allreduce);
   TESSERA_CHECK(gpus >= 1, "the GPU count must be >= 1, got ", gpus);
   TESSERA_CHECK(static_cast<long long>(gpus) <= static_cast<long long>(m.nodes) * m.ranks_per_node,
                 gpus, " GPUs exceed machine '", m.name, "' (", m.nodes, " nodes x ",
                 m.ranks_per_node, ")");
   TESSERA_CHECK(!w.gradients.empty(), "workload '", w.name, "' has no gradients");
-  TESSERA_CHECK(s.cycle_time_ms >= 0 && s.fusion_threshold >= 0,
-                "cycle time and fusion threshold must be >= 0");
+  TESSERA_CHECK(s.cycle_time_ms >= 0, "cycle time must be >= 0");
   StepResult r;
   r.gpus = gpus;
   r.compute_s = w.compute_s;
@@ -70,7 +84,7 @@ StepResult simulate_step(const Machine& m, const Workload& w, int gpus, const Si
     size_t stop = next;
     while (stop < g.size() && g[stop].ready_s <= start + 1e-15) ++stop;
     const int requests = static_cast<int>(stop - next);
-    const double neg = negotiation_seconds(m, gpus, requests, tensors, s.cache);
+    const double neg = negotiation_seconds(m, gpus, requests, tensors, s.cache_enabled);
     double t = start + neg;
     r.control_s += neg;
     ++r.cycles;
@@ -79,13 +93,15 @@ StepResult simulate_step(const Machine& m, const Workload& w, int gpus, const Si
     while (i < stop) {
       double bytes = g[i].bytes;
       size_t j = i + 1;
-      while (j < stop && bytes + g[j].bytes <= s.fusion_threshold) bytes += g[j++].bytes;
-      double d = allreduce_seconds(m, s.algorithm, gpus, bytes);
+      const double threshold = static_cast<double>(s.fusion_threshold);
+      while (j < stop && bytes + g[j].bytes <= threshold) bytes += g[j++].bytes;
+      const comm::Algorithm algorithm = override_for(ranges, bytes);
+      double d = allreduce_seconds(m, algorithm, gpus, bytes);
       if (j - i > 1 && gpus > 1) d += fusion_copy_seconds(m, gpus, bytes);
       if (bytes > largest) {
         largest = bytes;
         r.largest_algorithm =
-            s.algorithm == comm::Algorithm::kAuto ? best_algorithm(m, gpus, bytes) : s.algorithm;
+            algorithm == comm::Algorithm::kAuto ? best_algorithm(m, gpus, bytes) : algorithm;
       }
       t += d;
       r.data_s += d;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/algorithm.h"
+#include "engine/options.h"
 #include "tune/machine.h"
 
 namespace tessera {
@@ -36,12 +37,6 @@ Workload workload_from_sizes(const std::string& name, const std::vector<double>&
                              double compute_s, double images_per_step,
                              double forward_fraction = 1.0 / 3);
 
-struct SimSettings {
-  comm::Algorithm algorithm = comm::Algorithm::kAuto;
-  double fusion_threshold = 128.0 * 1024 * 1024;  // bytes; 0: no fusion
-  double cycle_time_ms = 1.0;
-  bool cache = true;
-};
 
 struct StepResult {
   int gpus = 1;
@@ -57,8 +52,11 @@ struct StepResult {
   comm::Algorithm largest_algorithm = comm::Algorithm::kAuto;  // of the largest buffer
 };
 
-// Throws InvalidArgument for gpus < 1, gpus beyond the machine, or an empty workload.
-StepResult simulate_step(const Machine& m, const Workload& w, int gpus, const SimSettings& s);
+// The engine's settings `t` as the simulator models them: cycle time, fusion threshold, cache,
+// and the algorithm of each buffer (t.allreduce's range for its size, else the best predicted).
+// Colors and segments are the machine model's own. Throws InvalidArgument for gpus < 1, gpus
+// beyond the machine, a bad range text, or an empty workload.
+StepResult simulate_step(const Machine& m, const Workload& w, int gpus, const engine::Tunables& t);
 
 }  // namespace tune
 }  // namespace tessera

@@ -12,19 +12,12 @@ namespace tessera {
 namespace tune {
 namespace {
 
-nlohmann::json config_json(const Config& c) {
-  return {{"algorithm", comm::algorithm_name(c.algorithm)},
-          {"cache", c.cache},
-          {"fusion_threshold", c.fusion_threshold},
-          {"cycle_time_ms", c.cycle_time_ms},
-          {"segment_bytes", c.segment_bytes},
-          {"colors", c.colors}};
-}
+nlohmann::json config_json(const Tunables& t) { return nlohmann::json::parse(engine::to_json(t)); }
 
 }  // namespace
 
-SearchSpace usable_space(const Knobs& k, const comm::Communicator& world) {
-  SearchSpace s = parse_bounds(k.autotune_bounds);
+SearchSpace usable_space(const SettingValues& values, const comm::Communicator& world) {
+  SearchSpace s = parse_bounds(kAutotuneBounds.get(values));
   const comm::CommShape shape{world.size(), world.num_nodes(), world.local_size(),
                               world.uniform_nodes()};
   std::vector<comm::Algorithm> keep;
@@ -35,17 +28,19 @@ SearchSpace usable_space(const Knobs& k, const comm::Communicator& world) {
   return s;
 }
 
-StepTuner::StepTuner(engine::Engine& engine, comm::Communicator& world, const Knobs& k)
+StepTuner::StepTuner(engine::Engine& engine, comm::Communicator& world,
+                     const SettingValues& values)
     : engine_(engine),
       world_(world),
-      knobs_(k),
-      fixed_(Fixed::from_knobs(k)),
-      tuner_(usable_space(k, world), fixed_, config_from_knobs(k), TunerOptions::from_knobs(k)),
+      config_path_(kAutotuneConfig.get(values)),
+      fixed_(Fixed::from(values)),
+      tuner_(usable_space(values, world), fixed_, engine.tunables(), TunerOptions::from(values)),
       last_(std::chrono::steady_clock::now()),
       last_bytes_(engine.stats().allreduce_bytes) {
-  if (world_.rank() == 0 && !k.autotune_log.empty()) {
-    log_ = std::make_unique<std::ofstream>(k.autotune_log, std::ios::trunc);
-    TESSERA_CHECK(log_->good(), "TESSERA_AUTOTUNE_LOG: cannot write '", k.autotune_log, "'");
+  const std::string log_path = kAutotuneLog.get(values);
+  if (world_.rank() == 0 && !log_path.empty()) {
+    log_ = std::make_unique<std::ofstream>(log_path, std::ios::trunc);
+    TESSERA_CHECK(log_->good(), kAutotuneLog.name, ": cannot write '", log_path, "'");
   }
 }
 
@@ -60,9 +55,9 @@ void StepTuner::after_step() {
   mx.op = ReduceOp::kMax;
   comm::allreduce(world_, &seconds, &seconds, 1, DataType::kFloat64, mx);
   const double bytes = static_cast<double>(bytes_now - last_bytes_);
-  const std::optional<Config> next = tuner_.after_step(bytes, seconds);
+  const std::optional<Tunables> next = tuner_.after_step(bytes, seconds);
   while (logged_ < tuner_.trials().size()) log_trial(tuner_.trials()[logged_++]);
-  if (next) engine_.set_tunables(to_tunables(*next, fixed_, knobs_));
+  if (next) engine_.set_tunables(*next);
   if (tuner_.done()) finish();
   // The tuner's own messages and the switch are not charged to the next step.
   last_ = std::chrono::steady_clock::now();
@@ -100,12 +95,12 @@ void StepTuner::finish() {
     *log_ << done.dump() << "\n";
     log_->flush();
   }
-  write_config(knobs_.autotune_config, knob_values(best.config, fixed_), info.dump());
+  write_config(config_path_, setting_values(best.config, fixed_), info.dump());
   std::printf(
       "autotune: %s scores %.3g B/s, %.2fx the starting settings, after %d steps and %zu "
       "trials; written to %s\n",
       describe(best.config).c_str(), best.score, gain, tuner_.steps_seen(), tuner_.trials().size(),
-      knobs_.autotune_config.c_str());
+      config_path_.c_str());
   std::fflush(stdout);
 }
 

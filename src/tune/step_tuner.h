@@ -18,8 +18,10 @@ namespace tune {
 
 class StepTuner {
  public:
-  // Collective over `world` (the engine's ranks). Throws InvalidArgument for bad bounds.
-  StepTuner(engine::Engine& engine, comm::Communicator& world, const Knobs& k);
+  // Collective over `world` (the engine's ranks), from the settings every rank agreed on (the
+  // autotuner's own, and which of the engine's were given: those stay). Starts from the
+  // engine's current tunables. Throws InvalidArgument for bad bounds.
+  StepTuner(engine::Engine& engine, comm::Communicator& world, const SettingValues& values);
   // Collective: every rank after each optimizer step, the same number of times.
   void after_step();
   bool done() const { return tuner_.done(); }
@@ -31,7 +33,7 @@ class StepTuner {
 
   engine::Engine& engine_;
   comm::Communicator& world_;
-  Knobs knobs_;
+  std::string config_path_;  // TESSERA_AUTOTUNE_CONFIG
   Fixed fixed_;
   Autotuner tuner_;
   std::chrono::steady_clock::time_point last_;
@@ -43,7 +45,7 @@ class StepTuner {
 
 // The search space of TESSERA_AUTOTUNE_BOUNDS with the algorithms that cannot run on `world`
 // removed.
-SearchSpace usable_space(const Knobs& k, const comm::Communicator& world);
+SearchSpace usable_space(const SettingValues& values, const comm::Communicator& world);
 
 }  // namespace tune
 }  // namespace tessera

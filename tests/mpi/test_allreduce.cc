@@ -17,7 +17,7 @@
 #include "comm/collectives.h"
 #include "comm/communicator.h"
 #include "common/error.h"
-#include "common/knobs.h"
+#include "common/settings.h"
 #include "mpi/mpi_test_util.h"
 
 namespace tessera {
@@ -118,18 +118,19 @@ size_t check(const Buf& out, size_t count, ReduceOp op, int n, const std::string
 
 class AllreduceTest : public testing::WorldTest {};
 
-void run_matrix(Communicator& comm, Algorithm algorithm) {
-  const int n = comm.size();
-  const int r = comm.rank();
+void run_matrix(Communicator& world, Algorithm algorithm) {
+  // Small segments and shared-memory pieces below 1 MiB reach the multi-segment and
+  // multi-piece paths; the largest count runs with the defaults.
+  Settings small_settings = world.settings();
+  small_settings.segment_bytes = 1024;
+  small_settings.shm_bytes = 16 << 10;
+  const std::unique_ptr<Communicator> small = world.dup(small_settings);
+  const int n = world.size();
+  const int r = world.rank();
   for (size_t count : kCounts) {
+    Communicator& comm = count < (size_t{1} << 20) ? *small : world;
     AllreduceOptions opts;
     opts.algorithm = algorithm;
-    // Small segments and shared-memory pieces below 1 MiB reach the multi-segment and
-    // multi-piece paths; the largest count runs with the defaults.
-    if (count < (size_t{1} << 20)) {
-      opts.segment_bytes = 1024;
-      opts.shm_bytes = 16 << 10;
-    }
     for (DataType dt : kAllDtypes) {
       for (ReduceOp op : kOps) {
         if (op == ReduceOp::kAverage && !is_floating(dt)) continue;
@@ -189,7 +190,7 @@ TEST_F(AllreduceTest, Hierarchical) {
 // namespaces with their own names, and TESSERA_TEST_EXPECT_NODES says how many there must be,
 // so a launcher that put every rank on one host cannot pass unnoticed.
 TEST_F(AllreduceTest, NodeSplitFollowsTheHosts) {
-  if (knobs().ranks_per_node > 0) GTEST_SKIP() << "pretend nodes (TESSERA_RANKS_PER_NODE)";
+  if (world_->settings().ranks_per_node > 0) GTEST_SKIP() << "pretend nodes (TESSERA_RANKS_PER_NODE)";
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
   std::vector<char> all(256 * static_cast<size_t>(world_->size()));
@@ -216,12 +217,14 @@ TEST_F(AllreduceTest, MulticolorWithEveryColorCount) {
   for (int colors = 1; colors <= 6; ++colors) {
     AllreduceOptions opts;
     opts.algorithm = Algorithm::kMulticolor;
-    opts.colors = colors;
-    opts.segment_bytes = 1024;
+    Settings settings = world_->settings();
+    settings.colors = colors;
+    settings.segment_bytes = 1024;
+    const std::unique_ptr<Communicator> comm = world_->dup(settings);
     const size_t count = 10007;
     Buf in(DataType::kFloat32, count), out(DataType::kFloat32, count);
     for (size_t i = 0; i < count; ++i) in.set(i, value(ReduceOp::kSum, world_->rank(), i));
-    allreduce(*world_, in.data(), out.data(), count, DataType::kFloat32, opts);
+    allreduce(*comm, in.data(), out.data(), count, DataType::kFloat32, opts);
     EXPECT_EQ(check(out, count, ReduceOp::kSum, world_->size(),
                     "multicolor colors " + std::to_string(colors)),
               0u);
@@ -243,9 +246,11 @@ TEST_F(AllreduceTest, EveryRankHoldsTheSameBitsAndRunsRepeat) {
     for (size_t i = 0; i < count; ++i) in[i] = input(world_->rank(), i);
     AllreduceOptions opts;
     opts.algorithm = a;
-    opts.segment_bytes = 8192;
-    allreduce(*world_, in.data(), out1.data(), count, DataType::kFloat32, opts);
-    allreduce(*world_, in.data(), out2.data(), count, DataType::kFloat32, opts);
+    Settings settings = world_->settings();
+    settings.segment_bytes = 8192;
+    const std::unique_ptr<Communicator> comm = world_->dup(settings);
+    allreduce(*comm, in.data(), out1.data(), count, DataType::kFloat32, opts);
+    allreduce(*comm, in.data(), out2.data(), count, DataType::kFloat32, opts);
     EXPECT_EQ(std::memcmp(out1.data(), out2.data(), count * 4), 0) << algorithm_name(a);
     // n - 1 additions in f32, each off by at most 2^-24 of a partial sum <= sum |x|.
     const int n = world_->size();
@@ -297,24 +302,22 @@ TEST_F(AllreduceTest, BadArgumentsAreRefusedBeforeAnyMessage) {
   allreduce(*world_, nullptr, nullptr, 0, DataType::kFloat32);
 }
 
-TEST_F(AllreduceTest, OverrideKnobPicksTheAlgorithmBySize) {
-  Knobs saved = knobs();
-  Knobs k = saved;
-  k.allreduce = "rhd:0-1023;ring:1024-max";
-  set_knobs(k);
-  EXPECT_EQ(choose_allreduce(*world_, 8, Algorithm::kAuto), Algorithm::kRhd);
-  EXPECT_EQ(choose_allreduce(*world_, 1024, Algorithm::kAuto), Algorithm::kRing);
-  // An explicit request beats the knob.
-  EXPECT_EQ(choose_allreduce(*world_, 8, Algorithm::kMpi), Algorithm::kMpi);
-  k.allreduce = "ring:0-10;bogus:11-max";
-  set_knobs(k);
+TEST_F(AllreduceTest, OverrideSettingPicksTheAlgorithmBySize) {
+  Settings settings = world_->settings();
+  settings.set_allreduce("rhd:0-1023;ring:1024-max");
+  const std::unique_ptr<Communicator> comm = world_->dup(settings);
+  EXPECT_EQ(choose_allreduce(*comm, 8, Algorithm::kAuto), Algorithm::kRhd);
+  EXPECT_EQ(choose_allreduce(*comm, 1024, Algorithm::kAuto), Algorithm::kRing);
+  // An explicit request beats the setting.
+  EXPECT_EQ(choose_allreduce(*comm, 8, Algorithm::kMpi), Algorithm::kMpi);
   try {
-    choose_allreduce(*world_, 8, Algorithm::kAuto);
+    settings.set_allreduce("ring:0-10;bogus:11-max");
     ADD_FAILURE() << "a malformed TESSERA_ALLREDUCE was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("'bogus:11-max'"), std::string::npos) << e.what();
   }
-  set_knobs(saved);
+  // A rejected text leaves the settings as they were.
+  EXPECT_EQ(settings.allreduce, "rhd:0-1023;ring:1024-max");
 }
 
 }  // namespace

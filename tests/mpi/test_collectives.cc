@@ -13,7 +13,7 @@
 #include "comm/collectives.h"
 #include "comm/communicator.h"
 #include "common/error.h"
-#include "common/knobs.h"
+#include "common/settings.h"
 #include "mpi/mpi_test_util.h"
 
 namespace tessera {
@@ -89,6 +89,10 @@ TEST_F(CollectivesTest, ReduceScatterEveryOp) {
   const int n = world_->size(), r = world_->rank();
   const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
                                      ReduceOp::kMax};
+  // 512-byte segments reach the multi-segment path at small blocks.
+  Settings small_segments = world_->settings();
+  small_segments.segment_bytes = 512;
+  const std::unique_ptr<Communicator> comm = world_->dup(small_segments);
   for (size_t block : kCounts) {
     // Element j of rank q: a hashed small integer (no two offsets alike, so a block sent to the
     // wrong rank fails); sums stay below 256 for n <= 8. Computed once per block for every
@@ -113,7 +117,7 @@ TEST_F(CollectivesTest, ReduceScatterEveryOp) {
       for (ReduceOp op : ops) {
         if (op == ReduceOp::kAverage && !is_floating(dt)) continue;
         if (once && op != ReduceOp::kSum) continue;
-        reduce_scatter(*world_, in.data(), out.data(), block, dt, op, 512);
+        reduce_scatter(*comm, in.data(), out.data(), block, dt, op);
         for (size_t i = 0; i < block; ++i) {
           const double exact = op == ReduceOp::kSum       ? sum[i]
                                : op == ReduceOp::kAverage ? sum[i] / n
@@ -167,7 +171,7 @@ TEST_F(CollectivesTest, AlltoallAndAlltoallv) {
 
 TEST_F(CollectivesTest, NodeStructure) {
   const int n = world_->size();
-  const int per_node = knobs().ranks_per_node;
+  const int per_node = world_->settings().ranks_per_node;
   ASSERT_NE(world_->local(), nullptr);
   ASSERT_NE(world_->cross(), nullptr);
   if (per_node > 0) {
@@ -232,15 +236,14 @@ TEST_F(CollectivesTest, SplitAndDupAreIndependent) {
 TEST_F(CollectivesTest, AMissingRankIsNamedNotAHang) {
   const int n = world_->size();
   if (n < 2) GTEST_SKIP() << "needs two ranks";
-  Knobs saved = knobs();
-  Knobs k = saved;
-  k.timeout_s = 1.5;
-  set_knobs(k);
+  // The abandoned collectives run on communicators with a short deadline; world_ keeps its own.
+  Settings short_deadline = world_->settings();
+  short_deadline.timeout_s = 1.5;
   for (Algorithm a :
        {Algorithm::kRing, Algorithm::kRhd, Algorithm::kDbtree, Algorithm::kHierarchical}) {
     if (a == Algorithm::kHierarchical && !world_->uniform_nodes()) continue;
     // A throw-away communicator: the abandoned collective leaves messages behind in it.
-    auto scratch = world_->dup();
+    auto scratch = world_->dup(short_deadline);
     const int missing = n - 1;
     int threw = 0;
     if (world_->rank() != missing) {
@@ -264,15 +267,66 @@ TEST_F(CollectivesTest, AMissingRankIsNamedNotAHang) {
         }
       }
     }
-    // Back to the long deadline: the missing rank now waits for the others' timeouts.
-    set_knobs(saved);
+    // On world_'s long deadline the missing rank now waits for the others' timeouts.
     int threw_total = 0;
     allreduce(*world_, &threw, &threw_total, 1, DataType::kInt32);
     EXPECT_GE(threw_total, 1) << algorithm_name(a) << ": nobody noticed the missing rank";
-    set_knobs(k);
     barrier(*world_);
   }
-  set_knobs(saved);
+}
+
+// Two communicators over the same ranks in one process, each with its own settings: the
+// algorithm ranges, segment size and colors each one's collectives use, and the deadline.
+TEST_F(CollectivesTest, EachCommunicatorUsesItsOwnSettings) {
+  const int n = world_->size();
+  if (n < 2) GTEST_SKIP() << "needs two ranks";
+  Settings a_settings = world_->settings();
+  a_settings.set_allreduce("rhd");
+  a_settings.segment_bytes = 1024;
+  a_settings.timeout_s = 1.0;
+  Settings b_settings = world_->settings();
+  b_settings.set_allreduce("ring:0-4095;multicolor:4096-max");
+  b_settings.colors = 3;
+  auto a = world_->dup(a_settings);
+  auto b = world_->dup(b_settings);
+  EXPECT_EQ(a->settings().segment_bytes, 1024u);
+  EXPECT_EQ(b->settings().segment_bytes, world_->settings().segment_bytes);
+  EXPECT_EQ(b->settings().colors, 3);
+  EXPECT_EQ(choose_allreduce(*a, 64, Algorithm::kAuto), Algorithm::kRhd);
+  EXPECT_EQ(choose_allreduce(*a, 1 << 20, Algorithm::kAuto), Algorithm::kRhd);
+  EXPECT_EQ(choose_allreduce(*b, 64, Algorithm::kAuto), Algorithm::kRing);
+  EXPECT_EQ(choose_allreduce(*b, 1 << 20, Algorithm::kAuto), Algorithm::kMulticolor);
+  // The node groups follow their parent's settings.
+  EXPECT_EQ(a->local()->settings().timeout_s, 1.0);
+  // Interleaved, each gives the exact sum through its own algorithm.
+  for (size_t count : {size_t{5}, size_t{3000}, size_t{100003}}) {
+    std::vector<int64_t> in(count), out_a(count), out_b(count);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<int64_t>(i) * (world_->rank() + 1);
+    allreduce(*a, in.data(), out_a.data(), count, DataType::kInt64);
+    allreduce(*b, in.data(), out_b.data(), count, DataType::kInt64);
+    const int64_t factor = static_cast<int64_t>(n) * (n + 1) / 2;
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(out_a[i], static_cast<int64_t>(i) * factor) << "count " << count;
+      ASSERT_EQ(out_b[i], static_cast<int64_t>(i) * factor) << "count " << count;
+    }
+  }
+  // a's one-second deadline: the last rank stays away, the others time out on a within seconds,
+  // then everyone meets on b, whose deadline is the world's.
+  int threw = 0;
+  if (world_->rank() != n - 1) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      barrier(*a);
+    } catch (const TimeoutError&) {
+      threw = 1;
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(threw, 1) << "a barrier with a rank missing returned";
+    EXPECT_LT(s, 10.0) << "a's deadline is 1 s";
+  }
+  int threw_total = 0;
+  allreduce(*b, &threw, &threw_total, 1, DataType::kInt32);
+  EXPECT_EQ(threw_total, n - 1);
 }
 
 TEST_F(CollectivesTest, BarrierAndZeroCounts) {

@@ -30,8 +30,8 @@ using testing::WorldTest;
 class EngineTest : public WorldTest {
  protected:
   EngineOptions fast() const {
-    EngineOptions o;
-    o.cycle_time_ms = 1;
+    EngineOptions o = options_for(world_->settings());
+    o.tunables.cycle_time_ms = 1;
     o.stall_check_s = 60;
     return o;
   }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/error.h"
 #include "engine/engine.h"
 #include "mpi/torch_test_util.h"
 #include "tessera/torch.h"

@@ -35,20 +35,19 @@ bool agreed(comm::Communicator& c, double v) {
 
 TEST_F(TuneTest, EveryRankSwitchesTogetherAndTheBestIsWrittenDown) {
   const int n = world_->size(), r = world_->rank();
-  engine::EngineOptions eo;
-  eo.cycle_time_ms = 1;
+  engine::EngineOptions eo = engine::options_for(world_->settings());
+  eo.tunables.cycle_time_ms = 1;
   engine::Engine engine(*world_, eo);
-  Knobs k;
-  k.autotune = true;
-  k.autotune_warmup_steps = 1;
-  k.autotune_steps_per_sample = 1;
-  k.autotune_samples = 2;
-  k.autotune_bayes_trials = 3;
-  k.autotune_bounds = "algorithm=auto,ring,rhd,multicolor";
   const std::string dir = ::testing::TempDir();
-  k.autotune_log = dir + "tessera_tune_test.jsonl";
-  k.autotune_config = dir + "tessera_tune_test.json";
-  StepTuner tuner(engine, *world_, k);
+  const SettingValues values = {{kAutotune.name, "1"},
+                                {kAutotuneWarmupSteps.name, "1"},
+                                {kAutotuneStepsPerSample.name, "1"},
+                                {kAutotuneSamples.name, "2"},
+                                {kAutotuneBayesTrials.name, "3"},
+                                {kAutotuneBounds.name, "algorithm=auto,ring,rhd,multicolor"},
+                                {kAutotuneLog.name, dir + "tessera_tune_test.jsonl"},
+                                {kAutotuneConfig.name, dir + "tessera_tune_test.json"}};
+  StepTuner tuner(engine, *world_, values);
   const int kTensors = 12;
   std::vector<std::vector<float>> in(kTensors), out(kTensors);
   for (int t = 0; t < kTensors; ++t) {
@@ -86,10 +85,10 @@ TEST_F(TuneTest, EveryRankSwitchesTogetherAndTheBestIsWrittenDown) {
   EXPECT_TRUE(trials == 14u || trials == 15u) << trials;
   EXPECT_EQ(steps, 1 + static_cast<int>(trials) * 3);
   EXPECT_GE(seen.size(), 8u);  // it really switched
-  const Config best = tuner.tuner().best().config;
-  EXPECT_EQ(engine.tunables(), to_tunables(best, Fixed{}, k));
+  const Tunables best = tuner.tuner().best().config;
+  EXPECT_EQ(engine.tunables(), best);
   if (r == 0) {
-    std::ifstream log(k.autotune_log);
+    std::ifstream log(values.at(kAutotuneLog.name));
     std::string line;
     int lines = 0;
     bool done_line = false;
@@ -103,24 +102,17 @@ TEST_F(TuneTest, EveryRankSwitchesTogetherAndTheBestIsWrittenDown) {
     }
     EXPECT_EQ(lines, static_cast<int>(trials) + 1);
     EXPECT_TRUE(done_line);
-    // The config file's knobs parse, and describe the best configuration.
-    const KnobValues kv = read_config(k.autotune_config);
-    const Knobs parsed = parse_knobs([&](const char* name) -> const char* {
-      for (const auto& p : kv) {
-        if (p.first == name) return p.second.c_str();
-      }
-      return nullptr;
-    });
-    EXPECT_EQ(config_from_knobs(parsed), best);
+    // The config file's settings parse, and give back the best configuration exactly.
+    const SettingValues written = read_config(values.at(kAutotuneConfig.name));
+    EXPECT_EQ(written.size(), 6u);
+    EXPECT_EQ(engine::options_from(written).tunables, best);
   }
 }
 
 TEST_F(TuneTest, BadBoundsFailOnEveryRankNamingTheField) {
   engine::Engine engine(*world_);
-  Knobs k;
-  k.autotune_bounds = "cycle_time_ms=3-1";
   try {
-    StepTuner t(engine, *world_, k);
+    StepTuner t(engine, *world_, {{kAutotuneBounds.name, "cycle_time_ms=3-1"}});
     ADD_FAILURE() << "accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("'cycle_time_ms'"), std::string::npos) << e.what();

@@ -108,7 +108,7 @@ Workload one_tensor(double bytes, double compute_s) {
 TEST(Simulator, OneGpuIsTheComputeExactly) {
   const Machine m = two_level();
   const Workload w = workload_from_sizes("r", {1e6, 2e6, 3e6}, 0.3, 8);
-  SimSettings s;
+  engine::Tunables s;
   s.cycle_time_ms = 1;  // no cycle to wait for: one GPU has nothing to agree on
   const StepResult r = simulate_step(m, w, 1, s);
   EXPECT_DOUBLE_EQ(r.step_s, 0.3);
@@ -121,7 +121,7 @@ TEST(Simulator, OneGpuIsTheComputeExactly) {
 
 TEST(Simulator, CommunicationBoundStepIsNegotiationPlusAllreduce) {
   const Machine m = two_level();
-  SimSettings s;
+  engine::Tunables s;
   s.cycle_time_ms = 0;
   const StepResult r = simulate_step(m, one_tensor(5e8, 1e-6), 64, s);
   const double want =
@@ -138,9 +138,9 @@ TEST(Simulator, FusionPacksReadyTensorsUpToTheThreshold) {
   w.compute_s = 1e-6;
   w.images_per_step = 1;
   for (int i = 0; i < 10; ++i) w.gradients.push_back({"g" + std::to_string(i), 1e6, 0.0});
-  SimSettings s;
+  engine::Tunables s;
   s.cycle_time_ms = 0;
-  s.fusion_threshold = 3e6;
+  s.fusion_threshold = 3000000;
   const StepResult r = simulate_step(m, w, 8, s);
   EXPECT_EQ(r.buffers, 4);  // 3 + 3 + 3 + 1
   EXPECT_NEAR(r.data_s,
@@ -154,12 +154,12 @@ TEST(Simulator, FusionPacksReadyTensorsUpToTheThreshold) {
 TEST(Simulator, CyclesWaitForTheirTimeAndCacheOffCostsMoreAtScale) {
   const Machine m = two_level();
   const Workload w = workload_from_sizes("r", std::vector<double>(50, 4e5), 0.1, 32);
-  SimSettings s;
+  engine::Tunables s;
   s.cycle_time_ms = 5;
   const StepResult r = simulate_step(m, w, 8, s);
   EXPECT_LE(r.cycles, 1 + static_cast<int>(std::ceil(0.1 / 0.005)));
-  SimSettings off = s;
-  off.cache = false;
+  engine::Tunables off = s;
+  off.cache_enabled = false;
   double last_eff = 2;
   for (int g : {8, 64, 512, 4000}) {
     const StepResult on = simulate_step(m, w, g, s), no = simulate_step(m, w, g, off);
@@ -170,10 +170,24 @@ TEST(Simulator, CyclesWaitForTheirTimeAndCacheOffCostsMoreAtScale) {
   }
 }
 
+// The engine's own settings type drives the simulator: an algorithm range text picks each
+// buffer's algorithm by its size, as TESSERA_ALLREDUCE does on a communicator.
+TEST(Simulator, AlgorithmRangesPickEachBuffersAlgorithm) {
+  const Machine m = two_level();
+  engine::Tunables s;
+  s.cycle_time_ms = 0;
+  s.allreduce = "ring:0-1000;rhd:1001-max";
+  EXPECT_EQ(simulate_step(m, one_tensor(8, 1.0), 64, s).largest_algorithm, comm::Algorithm::kRing);
+  EXPECT_EQ(simulate_step(m, one_tensor(1 << 20, 1.0), 64, s).largest_algorithm,
+            comm::Algorithm::kRhd);
+  s.allreduce = "ring:0-10;bogus:11-max";
+  EXPECT_THROW(simulate_step(m, one_tensor(8, 1.0), 64, s), InvalidArgument);
+}
+
 TEST(Simulator, JitterIsTheExpectedSlowestOfNGpus) {
   Machine m = two_level();
   m.compute_jitter = 0.02;
-  SimSettings s;
+  engine::Tunables s;
   s.cycle_time_ms = 0;
   const StepResult r = simulate_step(m, one_tensor(8, 1.0), 4000, s);
   EXPECT_NEAR(r.step_s, 1.0 * (1 + 0.02 * std::sqrt(2 * std::log(4000.0))), 1e-3);
@@ -228,8 +242,8 @@ TEST(Machine, PresetsAndJsonAndBadFieldsNamed) {
   }
   EXPECT_THROW(machine_preset("frontier"), InvalidArgument);
   Workload w = workload_from_sizes("r", {1e6}, 0.1, 1);
-  EXPECT_THROW(simulate_step(summit, w, 0, SimSettings{}), InvalidArgument);
-  EXPECT_THROW(simulate_step(summit, w, 4608 * 6 + 1, SimSettings{}), InvalidArgument);
+  EXPECT_THROW(simulate_step(summit, w, 0, engine::Tunables{}), InvalidArgument);
+  EXPECT_THROW(simulate_step(summit, w, 4608 * 6 + 1, engine::Tunables{}), InvalidArgument);
   EXPECT_THROW(workload_from_sizes("r", {1e6}, -1, 1), InvalidArgument);
 }
 
@@ -290,7 +304,7 @@ TEST(TimelineWorkload, TheLastCompleteStepsComputeSizesAndReadyTimes) {
   EXPECT_EQ(w.gradients[1].name, "grad.conv1.weight");
   EXPECT_NEAR(w.gradients[1].ready_s, 5500e-6, 1e-12);
   // One GPU: exactly the recorded compute.
-  SimSettings s;
+  engine::Tunables s;
   EXPECT_NEAR(simulate_step(two_level(), w, 1, s).step_s, w.compute_s, 1e-15);
 }
 

@@ -68,8 +68,7 @@ TEST(ExpectedImprovement, ClosedForms) {
 
 TEST(SearchSpace, DefaultBoundsHoldEveryKnobDefault) {
   const SearchSpace s = parse_bounds("");
-  const Knobs k;
-  const Config c = config_from_knobs(k);
+  const Tunables c = engine::options_from({}).tunables;
   EXPECT_LE(s.fusion_threshold.lo, c.fusion_threshold);
   EXPECT_GE(s.fusion_threshold.hi, c.fusion_threshold);
   EXPECT_LE(s.cycle_time_ms.lo, c.cycle_time_ms);
@@ -80,7 +79,7 @@ TEST(SearchSpace, DefaultBoundsHoldEveryKnobDefault) {
   EXPECT_GE(s.colors.hi, c.colors);
   EXPECT_EQ(s.algorithms.size(), 7u);
   EXPECT_EQ(s.cache.size(), 2u);
-  // The start is the knobs' defaults, and the unit cube maps it back exactly.
+  // The start is the settings' defaults, and the unit cube maps it back exactly.
   const std::vector<Dim> dims = continuous_dims(s, Fixed{}, Algorithm::kAuto);
   ASSERT_EQ(dims.size(), 4u);
   EXPECT_EQ(from_unit(s, dims, to_unit(s, dims, c), c), c);
@@ -131,29 +130,23 @@ TEST(SearchSpace, BoundsThatExcludeEveryValueNameTheField) {
   // The Autotuner refuses an empty algorithm list left after filtering for the communicator.
   SearchSpace s;
   s.algorithms.clear();
-  EXPECT_THROW(Autotuner(s, Fixed{}, Config{}, TunerOptions{}), InvalidArgument);
+  EXPECT_THROW(Autotuner(s, Fixed{}, Tunables{}, TunerOptions{}), InvalidArgument);
 }
 
-TEST(SearchSpace, ExplicitKnobsAreFixedAndKeepTheirValues) {
-  Knobs k = parse_knobs([](const char* name) -> const char* {
-    const std::string n = name;
-    if (n == "TESSERA_FUSION_THRESHOLD") return "8M";
-    if (n == "TESSERA_ALLREDUCE") return "ring:0-1K;rhd:1025-max";
-    return nullptr;
-  });
-  const Fixed f = Fixed::from_knobs(k);
+TEST(SearchSpace, GivenSettingsAreFixedAndKeepTheirValues) {
+  const SettingValues given = {{"TESSERA_FUSION_THRESHOLD", "8M"},
+                               {"TESSERA_ALLREDUCE", "ring:0-1K;rhd:1025-max"}};
+  const Fixed f = Fixed::from(given);
   EXPECT_TRUE(f.fusion_threshold);
   EXPECT_TRUE(f.algorithm);
   EXPECT_FALSE(f.cycle_time || f.cache || f.segment_bytes || f.colors);
-  Config c;
-  c.fusion_threshold = 1234;
-  c.algorithm = Algorithm::kDbtree;
-  c.cycle_time_ms = 0.25;
-  const engine::Tunables t = to_tunables(c, f, k);
-  EXPECT_EQ(t.fusion_threshold, size_t{8} << 20);
-  EXPECT_EQ(t.allreduce, "");  // TESSERA_ALLREDUCE stays in charge
-  EXPECT_EQ(t.cycle_time_ms, 0.25);
-  for (const auto& kv : knob_values(c, f)) {
+  // The tuner starts from the engine's tunables, so a fixed setting holds the given value and
+  // the range text stays as written: one algorithm cannot describe it.
+  const Tunables start = engine::options_from(given).tunables;
+  EXPECT_EQ(start.fusion_threshold, size_t{8} << 20);
+  EXPECT_EQ(start.allreduce, "ring:0-1K;rhd:1025-max");
+  EXPECT_EQ(algorithm_of(start), Algorithm::kAuto);
+  for (const auto& kv : setting_values(start, f)) {
     EXPECT_NE(kv.first, "TESSERA_FUSION_THRESHOLD");
     EXPECT_NE(kv.first, "TESSERA_ALLREDUCE");
   }
@@ -161,14 +154,40 @@ TEST(SearchSpace, ExplicitKnobsAreFixedAndKeepTheirValues) {
             (std::vector<Dim>{Dim::kCycleTime}));
 }
 
+TEST(SearchSpace, OneAlgorithmReadsAndWritesAsText) {
+  EXPECT_EQ(algorithm_of(Tunables{}), Algorithm::kAuto);
+  for (Algorithm a : comm::all_algorithms()) {
+    const Tunables t = with_algorithm(Tunables{}, a);
+    EXPECT_EQ(algorithm_of(t), a) << t.allreduce;
+  }
+  EXPECT_EQ(with_algorithm(Tunables{}, Algorithm::kAuto).allreduce, "");
+  Tunables t;
+  t.allreduce = "dbtree";
+  EXPECT_EQ(algorithm_of(t), Algorithm::kDbtree);
+}
+
+// The config file's values give back the configuration exactly.
+TEST(SearchSpace, SettingValuesRoundTrip) {
+  Tunables t = with_algorithm(Tunables{}, Algorithm::kMulticolor);
+  t.cache_enabled = false;
+  t.fusion_threshold = 12345 * 1024;
+  t.cycle_time_ms = 0.37;
+  t.segment_bytes = 64 << 10;
+  t.colors = 5;
+  SettingValues values;
+  for (const auto& kv : setting_values(t, Fixed{})) values[kv.first] = kv.second;
+  EXPECT_EQ(values.size(), 6u);
+  EXPECT_EQ(engine::options_from(values).tunables, t);
+}
+
 // A score function of a configuration (bytes per second), fed to the tuner step by step the way
 // the driver does: one step moves `bytes` in bytes/score seconds.
 struct Simulated {
-  std::function<double(const Config&)> score;
+  std::function<double(const Tunables&)> score;
   double bytes = 1e8;
-  Autotuner run(Autotuner t, std::vector<Config>* seen = nullptr) {
+  Autotuner run(Autotuner t, std::vector<Tunables>* seen = nullptr) {
     for (int step = 0; step < 10000 && !t.done(); ++step) {
-      const Config c = t.current();
+      const Tunables c = t.current();
       if (seen) seen->push_back(c);
       t.after_step(bytes, bytes / score(c));
     }
@@ -177,11 +196,10 @@ struct Simulated {
 };
 
 TEST(Autotuner, ScheduleStaysWithinItsPlannedStepsAndUnder300ByDefault) {
-  const Knobs k;
-  const TunerOptions o = TunerOptions::from_knobs(k);
-  Autotuner t(parse_bounds(""), Fixed{}, config_from_knobs(k), o);
+  const TunerOptions o = TunerOptions::from({});
+  Autotuner t(parse_bounds(""), Fixed{}, engine::options_from({}).tunables, o);
   EXPECT_LE(t.planned_steps(), 300);
-  Simulated sim{[](const Config&) { return 1e9; }};
+  Simulated sim{[](const Tunables&) { return 1e9; }};
   const Autotuner done = sim.run(t);
   EXPECT_TRUE(done.done());
   EXPECT_LE(done.steps_seen(), t.planned_steps());
@@ -196,57 +214,57 @@ TEST(Autotuner, ScheduleStaysWithinItsPlannedStepsAndUnder300ByDefault) {
   EXPECT_EQ(phases["bayes"], 10);
   EXPECT_EQ(phases["confirm"], 3);
   EXPECT_EQ(done.steps_seen(), 5 + 27 * 10);
-  EXPECT_EQ(done.trials().front().config, config_from_knobs(k));
+  EXPECT_EQ(done.trials().front().config, engine::options_from({}).tunables);
 }
 
 TEST(Autotuner, FindsTheBestDiscreteChoiceExactlyAndItsBestContinuousRegion) {
   // Best at dbtree with the cache on; fusion threshold best near 4 MiB, cycle time near 0.3 ms.
-  auto score = [](const Config& c) {
-    double s = c.algorithm == Algorithm::kDbtree ? 2.0 : 1.0;
-    if (!c.cache) s *= 0.8;
+  auto score = [](const Tunables& c) {
+    double s = algorithm_of(c) == Algorithm::kDbtree ? 2.0 : 1.0;
+    if (!c.cache_enabled) s *= 0.8;
     const double f = std::log2(static_cast<double>(c.fusion_threshold)) - 22.0;
     const double y = c.cycle_time_ms - 0.3;
     return 1e9 * s * std::exp(-0.05 * f * f - 0.2 * y * y);
   };
   TunerOptions o;
   o.bayes_trials = 15;
-  Autotuner t(parse_bounds(""), Fixed{}, Config{}, o);
+  Autotuner t(parse_bounds(""), Fixed{}, Tunables{}, o);
   const Autotuner done = Simulated{score}.run(t);
-  const Config best = done.best().config;
-  EXPECT_EQ(best.algorithm, Algorithm::kDbtree);
-  EXPECT_TRUE(best.cache);
+  const Tunables best = done.best().config;
+  EXPECT_EQ(algorithm_of(best), Algorithm::kDbtree);
+  EXPECT_TRUE(best.cache_enabled);
   EXPECT_EQ(done.current(), best);  // it ends on the best
-  const double start = score(Config{});
+  const double start = score(Tunables{});
   // The start scores 2e9 * exp(-0.05*25 - 0.2*0.49) = 0.53 of the optimum on dbtree; the search
   // must get most of the rest.
   EXPECT_GT(score(best), 0.9 * 2e9) << describe(best) << " start " << start;
 }
 
 TEST(Autotuner, EveryRankOnTheSameInputsTakesTheSamePath) {
-  auto score = [](const Config& c) {
+  auto score = [](const Tunables& c) {
     return 1e9 / (1 + std::abs(std::log2(static_cast<double>(c.segment_bytes)) - 17)) *
-           (c.algorithm == Algorithm::kRing ? 1.5 : 1.0);
+           (algorithm_of(c) == Algorithm::kRing ? 1.5 : 1.0);
   };
-  std::vector<Config> a, b;
-  Simulated{score}.run(Autotuner(SearchSpace{}, Fixed{}, Config{}, TunerOptions{}), &a);
-  Simulated{score}.run(Autotuner(SearchSpace{}, Fixed{}, Config{}, TunerOptions{}), &b);
+  std::vector<Tunables> a, b;
+  Simulated{score}.run(Autotuner(SearchSpace{}, Fixed{}, Tunables{}, TunerOptions{}), &a);
+  Simulated{score}.run(Autotuner(SearchSpace{}, Fixed{}, Tunables{}, TunerOptions{}), &b);
   EXPECT_EQ(a, b);
 }
 
 TEST(Autotuner, FixedKnobsNeverChange) {
   Fixed f;
   f.algorithm = f.cache = f.cycle_time = true;
-  Config start;
-  start.algorithm = Algorithm::kRing;
-  start.cache = false;
+  Tunables start;
+  start = with_algorithm(start, Algorithm::kRing);
+  start.cache_enabled = false;
   start.cycle_time_ms = 2.5;
-  std::vector<Config> seen;
-  auto score = [](const Config& c) { return 1e9 / (1.0 + static_cast<double>(c.colors)); };
+  std::vector<Tunables> seen;
+  auto score = [](const Tunables& c) { return 1e9 / (1.0 + static_cast<double>(c.colors)); };
   const Autotuner done =
       Simulated{score}.run(Autotuner(SearchSpace{}, f, start, TunerOptions{}), &seen);
-  for (const Config& c : seen) {
-    EXPECT_EQ(c.algorithm, Algorithm::kRing);
-    EXPECT_FALSE(c.cache);
+  for (const Tunables& c : seen) {
+    EXPECT_EQ(algorithm_of(c), Algorithm::kRing);
+    EXPECT_FALSE(c.cache_enabled);
     EXPECT_EQ(c.cycle_time_ms, 2.5);
   }
   // One discrete choice only: the start.
@@ -264,7 +282,7 @@ TEST(Autotuner, TheScoreIsTheMedianOfSamplesAfterASettlingStep) {
   SearchSpace s;
   s.algorithms = {Algorithm::kAuto};
   s.cache = {true};
-  Autotuner t(s, Fixed{}, Config{}, o);
+  Autotuner t(s, Fixed{}, Tunables{}, o);
   // Warm-up 2, then the settling step (huge, ignored), then samples of 2 steps: 1+3, 2+2, 9+9
   // seconds for 100 bytes a step -> 50, 50, 11.1 B/s; the median is 50.
   const double secs[] = {7, 7, 1000, 1, 3, 2, 2, 9, 9};
@@ -283,38 +301,38 @@ TEST(Autotuner, TheScoreIsTheMedianOfSamplesAfterASettlingStep) {
 TEST(Autotuner, AFinalistsLuckyFirstTrialDoesNotDecide) {
   TunerOptions o;
   o.bayes_trials = 2;
-  Autotuner t(SearchSpace{}, Fixed{}, Config{}, o);
+  Autotuner t(SearchSpace{}, Fixed{}, Tunables{}, o);
   int ring_trials_started = 0;
-  Config last;
+  Tunables last;
   for (int step = 0; step < 1000 && !t.done(); ++step) {
-    const Config c = t.current();
-    const bool is_ring = c.algorithm == Algorithm::kRing && c.cache;
+    const Tunables c = t.current();
+    const bool is_ring = algorithm_of(c) == Algorithm::kRing && c.cache_enabled;
     if (is_ring && (step == 0 || c != last)) ++ring_trials_started;
     last = c;
     // ring scores 3e9 in its first trial (luck) and 0.5e9 after; dbtree a steady 1.5e9;
     // everything else 1e9.
     double score = 1e9;
     if (is_ring) score = ring_trials_started <= 1 ? 3e9 : 0.5e9;
-    if (c.algorithm == Algorithm::kDbtree && c.cache) score = 1.5e9;
+    if (algorithm_of(c) == Algorithm::kDbtree && c.cache_enabled) score = 1.5e9;
     t.after_step(1e8, 1e8 / score);
   }
   ASSERT_TRUE(t.done());
   int confirms = 0;
   for (const Trial& tr : t.trials()) confirms += tr.phase == "confirm";
   EXPECT_EQ(confirms, 3);  // ring, dbtree and the start (first of the 1e9 ties)
-  EXPECT_EQ(t.best().config.algorithm, Algorithm::kDbtree) << describe(t.best().config);
+  EXPECT_EQ(algorithm_of(t.best().config), Algorithm::kDbtree) << describe(t.best().config);
   EXPECT_EQ(t.current(), t.best().config);
   EXPECT_NEAR(t.start_score(), 1e9, 1.0);
 }
 
-TEST(ConfigFile, RoundTripAndBadFilesNameTheField) {
+TEST(TunablesFile, RoundTripAndBadFilesNameTheField) {
   const std::string path = ::testing::TempDir() + "tessera_tuned_test.json";
   write_config(path, {{"TESSERA_CYCLE_TIME", "0.35"}, {"TESSERA_FUSION_THRESHOLD", "4194304"}},
                R"({"score_bytes_per_s": 12.5})");
-  const KnobValues back = read_config(path);
+  const SettingValues back = read_config(path);
   ASSERT_EQ(back.size(), 2u);
-  EXPECT_EQ(back[0], (std::pair<std::string, std::string>{"TESSERA_CYCLE_TIME", "0.35"}));
-  EXPECT_EQ(back[1].second, "4194304");
+  EXPECT_EQ(back.at("TESSERA_CYCLE_TIME"), "0.35");
+  EXPECT_EQ(back.at("TESSERA_FUSION_THRESHOLD"), "4194304");
   auto what = [&](const std::string& text) {
     std::ofstream(path) << text;
     try {
@@ -326,8 +344,7 @@ TEST(ConfigFile, RoundTripAndBadFilesNameTheField) {
   };
   EXPECT_NE(what("{").find("not valid JSON"), std::string::npos);
   EXPECT_NE(what("{\"x\": 1}").find("\"knobs\""), std::string::npos);
-  EXPECT_NE(what(R"({"knobs": {"TESSERA_FUSION": "1"}})").find("knobs.TESSERA_FUSION"),
-            std::string::npos);
+  // Names are checked by init, which knows every layer's (test_settings.cc).
   EXPECT_NE(what(R"({"knobs": {"TESSERA_COLORS": [1]}})").find("knobs.TESSERA_COLORS"),
             std::string::npos);
   EXPECT_EQ(what(R"({"knobs": {"TESSERA_COLORS": 3}})"), "accepted");

@@ -1,6 +1,7 @@
 // Internal to src/engine: one process set's engine: its communicator, the negotiation state
 // (pending requests, response cache, coordinator table, held groups) and the thread that runs
-// the cycles. Engine (engine.cc) routes requests to these; set_engine.cc runs them.
+// the cycles. Engine (engine.cc) routes requests to these; process_set.cc runs the cycle and
+// batch.cc carries out each batch.
 #pragma once
 
 #include <atomic>
@@ -16,6 +17,7 @@
 
 #include "comm/communicator.h"
 #include "comm/selector.h"
+#include "engine/bit_vector.h"
 #include "engine/coordinator.h"
 #include "engine/engine.h"
 #include "engine/response_cache.h"
@@ -38,7 +40,7 @@ struct Engine::Impl {
     State state = State::kNew;
     int bit = -1;
     Clock::time_point agreed;
-    std::string negotiate_args = "{}";  // for the timeline
+    nlohmann::json negotiate_args;      // for the timeline: how it was agreed
     bool carries_tunables = false;      // set_tunables' broadcast: switch once it has run
     int contributors = 0;               // ranks that did not join (0: all); averages divide by it
     std::vector<char> own_in, own_out;  // a joined rank's stand-in: the identity, and scratch
@@ -48,17 +50,24 @@ struct Engine::Impl {
     std::string error;  // empty: run it
   };
 
-  Impl(comm::Communicator& c, const EngineOptions& o)
-      : comm(c.dup()),
-        opt(o),
-        cache(o.cache_capacity),
-        coordinator(comm->size()),
-        idle_wait_ms(o.cycle_time_ms > 0 ? o.cycle_time_ms : 1.0),
-        full_cache_capacity(o.cache_capacity > 0 ? o.cache_capacity : 1024),
-        override_ranges(comm::parse_override(o.allreduce)) {
-    current = tunables_of(opt);
-  }
+  // What one cycle learns from the vote.
+  struct Vote {
+    bool shutting_down = false;  // some rank asked to shut down
+    bool round = false;          // a coordinator round runs this cycle
+    bool all_idle = false;       // no rank had anything pending
+    std::vector<Ready> ready;    // cached tensors every rank voted for
+    BitVector votes;
+  };
 
+  Impl(comm::Communicator& c, const EngineOptions& o)
+      : comm(c.dup(with_tunables(c.settings(), o.tunables))),
+        opt(o),
+        cache(o.tunables.cache_enabled ? o.cache_capacity : 0),
+        coordinator(comm->size()),
+        idle_wait_ms(o.tunables.cycle_time_ms > 0 ? o.tunables.cycle_time_ms : 1.0),
+        current(o.tunables) {}
+
+  // The engine's communicator: its settings carry the tuned algorithm, colors and segments.
   std::unique_ptr<comm::Communicator> comm;
   EngineOptions opt;  // engine thread only; `current` mirrors its tunables for other threads
   ResponseCache cache;
@@ -86,23 +95,39 @@ struct Engine::Impl {
   double idle_wait_ms = 1.0;  // the wait before the next cycle: longer while all are idle
   Timeline timeline;
   Clock::time_point last_flush;
-  size_t full_cache_capacity;  // the capacity the cache gets when tuning turns it back on
-  std::vector<comm::SizeRange> override_ranges;  // opt.allreduce parsed; empty: the knob's
 
   int set_id = 0;
 
   void start();
   void request_shutdown(const std::string& reason);
   void run();
+  // One cycle, as its named steps; true when the engine has shut down.
   bool cycle();
+  Vote vote(Clock::time_point now, bool want_shutdown);
+  std::vector<std::pair<int, std::string>> coordinate(const Vote& v, bool want_shutdown,
+                                                       const std::string& my_reason,
+                                                       std::vector<Ready>* ready);
+  void take_decisions(std::vector<Ready>* ready);
+  // A joined rank's request for `spec`: the identity as input (without buffers for a decision
+  // that failed), no handle.
+  Pending stand_in(const TensorSpec& spec, bool with_buffers);
+  void inspect_stalls();
+  void finish_shutdown(const std::vector<std::pair<int, std::string>>& reasons);
+  std::vector<Ready> release_groups(const std::vector<Ready>& ready);
+  void record_cycle(Clock::time_point t0, double cpu0, const Vote& v, uint64_t hits);
   void execute(const std::vector<Ready>& ready);
+  void flush_timeline();
+
+  // One fused batch (batch.cc).
   void run_batch(const std::vector<Pending*>& items);
+  void run_allreduce(const std::vector<Pending*>& items);
+  void run_allgather(Pending& p);
+  void trace_batch(const std::vector<Pending*>& items, const char* phase,
+                   Clock::time_point begin, size_t bytes);
   void complete(const std::vector<Pending*>& items, std::exception_ptr e);
   void fail_all(std::exception_ptr e);
-  // Switches opt to `t` (engine thread, at the agreed point).
+  // Switches opt and the communicator to `t` (engine thread, at the agreed point).
   void apply(const Tunables& t);
-  static Tunables tunables_of(const EngineOptions& o);
-  comm::Algorithm algorithm_for(size_t bytes) const;
 };
 
 }  // namespace engine
