@@ -234,6 +234,40 @@ Handle Engine::enqueue(Request request) {
   return enqueue_group_impl(std::move(one), /*as_group=*/false).front();
 }
 
+namespace {
+
+// Throws InvalidArgument naming the tensor when `r` cannot run on a set of `n` ranks.
+void check_request(const Request& r, int n) {
+  const TensorSpec& s = r.spec;
+  TESSERA_CHECK(!s.name.empty(), "a collective needs a non-empty name");
+  TESSERA_CHECK((s.op == OpType::kJoin) == (s.name == kJoinName), "'", s.name, "': the name '",
+                kJoinName, "' is join()'s and join() uses no other");
+  const size_t elements = s.elements();
+  const bool needs_input = s.op != OpType::kBroadcast;
+  TESSERA_CHECK(!needs_input || r.input != nullptr || elements == 0, "'", s.name,
+                "': the input buffer is null but the tensor has ", elements, " elements");
+  const bool needs_output = s.op != OpType::kAllgather;
+  TESSERA_CHECK(!needs_output || r.output != nullptr || elements == 0, "'", s.name,
+                "': the output buffer is null but the tensor has ", elements, " elements");
+  if (s.op == OpType::kAllreduce || s.op == OpType::kReduceScatter) {
+    check_op_supported(s.dtype, s.reduce_op);
+  }
+  TESSERA_CHECK(std::isfinite(s.prescale) && std::isfinite(s.postscale), "'", s.name,
+                "': scale factors must be finite numbers, got ", s.prescale, " and ", s.postscale);
+  TESSERA_CHECK(is_floating(s.dtype) || (s.prescale == 1.0 && s.postscale == 1.0), "'", s.name,
+                "': scale factors need a floating dtype, not ", dtype_name(s.dtype));
+  if (s.op == OpType::kReduceScatter || s.op == OpType::kAlltoall) {
+    TESSERA_CHECK(!s.shape.empty() && s.shape[0] % n == 0, "'", s.name, "': ", op_type_name(s.op),
+                  " needs a first dimension divisible by the ", n, " ranks");
+  }
+  if (s.op == OpType::kBroadcast) {
+    TESSERA_CHECK(s.root >= 0 && s.root < n, "'", s.name, "': broadcast root ", s.root,
+                  " is not a rank; accepted: 0 to ", n - 1);
+  }
+}
+
+}  // namespace
+
 std::vector<Handle> Engine::enqueue_group(std::vector<Request> requests) {
   return enqueue_group_impl(std::move(requests), /*as_group=*/true);
 }
@@ -247,40 +281,11 @@ std::vector<Handle> Engine::enqueue_group_impl(std::vector<Request> requests, bo
                   r.spec.name, "' is in set ", r.spec.process_set, ", not ", set);
   }
   Impl& m = set_for(set);
-  const int n = m.comm->size();
   // Validate everything before enqueuing anything: a bad request leaves no trace.
   std::vector<std::string> names;
   for (const Request& r : requests) {
-    const TensorSpec& s = r.spec;
-    TESSERA_CHECK(!s.name.empty(), "a collective needs a non-empty name");
-    TESSERA_CHECK((s.op == OpType::kJoin) == (s.name == kJoinName), "'", s.name, "': the name '",
-                  kJoinName, "' is join()'s and join() uses no other");
-    const size_t elements = s.elements();
-    const size_t bytes = s.bytes();
-    (void)bytes;
-    const bool needs_input = s.op != OpType::kBroadcast;
-    TESSERA_CHECK(!needs_input || r.input != nullptr || elements == 0, "'", s.name,
-                  "': the input buffer is null but the tensor has ", elements, " elements");
-    const bool needs_output = s.op != OpType::kAllgather;
-    TESSERA_CHECK(!needs_output || r.output != nullptr || elements == 0, "'", s.name,
-                  "': the output buffer is null but the tensor has ", elements, " elements");
-    if (s.op == OpType::kAllreduce || s.op == OpType::kReduceScatter) {
-      check_op_supported(s.dtype, s.reduce_op);
-    }
-    TESSERA_CHECK(std::isfinite(s.prescale) && std::isfinite(s.postscale), "'", s.name,
-                  "': scale factors must be finite numbers, got ", s.prescale, " and ",
-                  s.postscale);
-    TESSERA_CHECK(is_floating(s.dtype) || (s.prescale == 1.0 && s.postscale == 1.0), "'", s.name,
-                  "': scale factors need a floating dtype, not ", dtype_name(s.dtype));
-    if (s.op == OpType::kReduceScatter || s.op == OpType::kAlltoall) {
-      TESSERA_CHECK(!s.shape.empty() && s.shape[0] % n == 0, "'", s.name, "': ", op_type_name(s.op),
-                    " needs a first dimension divisible by the ", n, " ranks");
-    }
-    if (s.op == OpType::kBroadcast) {
-      TESSERA_CHECK(s.root >= 0 && s.root < n, "'", s.name, "': broadcast root ", s.root,
-                    " is not a rank; accepted: 0 to ", n - 1);
-    }
-    names.push_back(s.name);
+    check_request(r, m.comm->size());
+    names.push_back(r.spec.name);
   }
   std::sort(names.begin(), names.end());
   TESSERA_CHECK(std::adjacent_find(names.begin(), names.end()) == names.end(),

@@ -14,6 +14,48 @@
 namespace tessera {
 namespace train {
 
+namespace {
+
+// Rank 0's figures, as Horovod's benchmark reports them (every rank runs the same steps, since
+// each step waits for every rank's gradients): mean and 95% interval per rank and in total,
+// printed and written to --json.
+void summarise(const TrainBenchOptions& o, const std::vector<double>& rates, TrainBenchResult& r) {
+  const bool root = rank() == 0;
+  double mean = 0, var = 0;
+  for (double v : rates) mean += v;
+  mean /= static_cast<double>(rates.size());
+  for (double v : rates) var += (v - mean) * (v - mean);
+  const double sd = std::sqrt(var / static_cast<double>(rates.size()));
+  r.per_rank_mean = mean;
+  r.per_rank_ci = 1.96 * sd;
+  r.total_mean = mean * size();
+  r.total_ci = r.per_rank_ci * size();
+  if (root) {
+    std::printf("Img/sec per rank: %.2f +-%.2f\n", r.per_rank_mean, r.per_rank_ci);
+    std::printf("Total img/sec on %d rank(s): %.2f +-%.2f\n", size(), r.total_mean, r.total_ci);
+    std::printf("Minor page faults per batch (rank 0): %.0f\n", r.minor_faults_per_batch);
+    if (!o.json.empty()) {
+      std::ofstream f(o.json);
+      TESSERA_CHECK(f.good(), "--json: cannot write '", o.json, "'");
+      f << nlohmann::json{{"model", o.model},
+                          {"batch_size", o.batch_size},
+                          {"image_size", o.image_size},
+                          {"ranks", size()},
+                          {"threads", o.threads},
+                          {"malloc_policy", detail::kMallocPolicy.get(settings())},
+                          {"per_rank", rates},
+                          {"per_rank_mean", r.per_rank_mean},
+                          {"total_mean", r.total_mean},
+                          {"total_ci", r.total_ci},
+                          {"minor_faults_per_batch", r.minor_faults_per_batch}}
+               .dump(1)
+        << "\n";
+    }
+  }
+}
+
+}  // namespace
+
 TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
   const models::Task task = models::task_of(o.model);
   TESSERA_CHECK(o.batch_size > 0, "--batch-size must be > 0, got ", o.batch_size);
@@ -74,39 +116,7 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
   TrainBenchResult r;
   r.minor_faults_per_batch = static_cast<double>(detail::minor_page_faults() - faults0) /
                              static_cast<double>(o.iters * o.batches_per_iter);
-  double mean = 0, var = 0;
-  for (double v : rates) mean += v;
-  mean /= static_cast<double>(rates.size());
-  for (double v : rates) var += (v - mean) * (v - mean);
-  const double sd = std::sqrt(var / static_cast<double>(rates.size()));
-  // Rank 0's figures, as Horovod's benchmark reports (every rank runs the same steps, since
-  // each step waits for every rank's gradients).
-  r.per_rank_mean = mean;
-  r.per_rank_ci = 1.96 * sd;
-  r.total_mean = mean * size();
-  r.total_ci = r.per_rank_ci * size();
-  if (root) {
-    std::printf("Img/sec per rank: %.2f +-%.2f\n", r.per_rank_mean, r.per_rank_ci);
-    std::printf("Total img/sec on %d rank(s): %.2f +-%.2f\n", size(), r.total_mean, r.total_ci);
-    std::printf("Minor page faults per batch (rank 0): %.0f\n", r.minor_faults_per_batch);
-    if (!o.json.empty()) {
-      std::ofstream f(o.json);
-      TESSERA_CHECK(f.good(), "--json: cannot write '", o.json, "'");
-      f << nlohmann::json{{"model", o.model},
-                          {"batch_size", o.batch_size},
-                          {"image_size", o.image_size},
-                          {"ranks", size()},
-                          {"threads", o.threads},
-                          {"malloc_policy", detail::kMallocPolicy.get(settings())},
-                          {"per_rank", rates},
-                          {"per_rank_mean", r.per_rank_mean},
-                          {"total_mean", r.total_mean},
-                          {"total_ci", r.total_ci},
-                          {"minor_faults_per_batch", r.minor_faults_per_batch}}
-               .dump(1)
-        << "\n";
-    }
-  }
+  summarise(o, rates, r);
   return r;
 }
 

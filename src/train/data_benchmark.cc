@@ -69,6 +69,38 @@ double step_rate(const DataBenchOptions& o, int64_t num_classes, bool segmentati
   return static_cast<double>(b * o.reference_steps) / since(t0);
 }
 
+// Rank 0's table of rates by worker count beside the training step's, and --json.
+void report(const DataBenchOptions& o, const DataBenchResult& r) {
+  {
+    for (const DataBenchRow& row : r.rows) {
+      std::printf("%8d %14.1f %16.2f %18llu\n", row.workers, row.samples_per_s, row.ratio_to_step,
+                  static_cast<unsigned long long>(row.file_bytes));
+    }
+    if (r.step_samples_per_s > 0) {
+      std::printf(
+          "reference: one %s training step (batch %lld, %lldx%lld, %d thread%s) consumes "
+          "%.1f samples/s\n",
+          o.reference_model.c_str(), static_cast<long long>(o.batch_size),
+          static_cast<long long>(o.image_size), static_cast<long long>(o.image_size), o.threads,
+          o.threads == 1 ? "" : "s", r.step_samples_per_s);
+    }
+    std::fflush(stdout);
+  }
+  if (!o.json.empty()) {
+    nlohmann::json j;
+    j["first_pass_samples_per_s"] = r.first_pass_samples_per_s;
+    j["first_pass_bytes"] = r.first_pass_bytes;
+    j["step_samples_per_s"] = r.step_samples_per_s;
+    for (const DataBenchRow& row : r.rows) {
+      j["rows"].push_back({{"workers", row.workers},
+                           {"samples_per_s", row.samples_per_s},
+                           {"ratio_to_step", row.ratio_to_step},
+                           {"file_bytes", row.file_bytes}});
+    }
+    std::ofstream(o.json) << j.dump(2) << "\n";
+  }
+}
+
 }  // namespace
 
 DataBenchResult run_data_benchmark(const DataBenchOptions& o) {
@@ -130,34 +162,7 @@ DataBenchResult run_data_benchmark(const DataBenchOptions& o) {
     row.ratio_to_step = r.step_samples_per_s > 0 ? row.samples_per_s / r.step_samples_per_s : 0;
     r.rows.push_back(row);
   }
-  if (talk) {
-    for (const DataBenchRow& row : r.rows) {
-      std::printf("%8d %14.1f %16.2f %18llu\n", row.workers, row.samples_per_s, row.ratio_to_step,
-                  static_cast<unsigned long long>(row.file_bytes));
-    }
-    if (r.step_samples_per_s > 0) {
-      std::printf(
-          "reference: one %s training step (batch %lld, %lldx%lld, %d thread%s) consumes "
-          "%.1f samples/s\n",
-          o.reference_model.c_str(), static_cast<long long>(o.batch_size),
-          static_cast<long long>(o.image_size), static_cast<long long>(o.image_size), o.threads,
-          o.threads == 1 ? "" : "s", r.step_samples_per_s);
-    }
-    std::fflush(stdout);
-  }
-  if (talk && !o.json.empty()) {
-    nlohmann::json j;
-    j["first_pass_samples_per_s"] = r.first_pass_samples_per_s;
-    j["first_pass_bytes"] = r.first_pass_bytes;
-    j["step_samples_per_s"] = r.step_samples_per_s;
-    for (const DataBenchRow& row : r.rows) {
-      j["rows"].push_back({{"workers", row.workers},
-                           {"samples_per_s", row.samples_per_s},
-                           {"ratio_to_step", row.ratio_to_step},
-                           {"file_bytes", row.file_bytes}});
-    }
-    std::ofstream(o.json) << j.dump(2) << "\n";
-  }
+  if (talk) report(o, r);
   return r;
 }
 

@@ -39,6 +39,53 @@ double max_over_ranks(double v, const std::string& name) {
   return t.item<double>();
 }
 
+// Rank 0's lines and --json.
+void report(const SpatialBenchOptions& o, const spatial::GridShape& g,
+            const std::vector<double>& steps, const SpatialBenchResult& r) {
+  const bool whole = g.spatial() == 1;
+  std::printf(
+      "spatial %dx%d grid (%d data group%s), %s, %lldx%lld image, batch %lld, %d thread%s per "
+      "rank%s\n",
+      g.h, g.w, g.data, g.data == 1 ? "" : "s", o.model.c_str(),
+      static_cast<long long>(o.image_size), static_cast<long long>(o.image_size),
+      static_cast<long long>(o.batch_size), o.threads, o.threads == 1 ? "" : "s",
+      whole ? " (the ordinary model on the whole image)" : "");
+  std::printf(
+      "step %.3f s (median of %d, slowest rank), halo exchange %.3f s (%.1f%%), group "
+      "sums %.3f s (%.1f%%)\n",
+      r.step_s, o.iters, r.halo_s, 100.0 * r.halo_s / r.step_s, r.group_s,
+      100.0 * r.group_s / r.step_s);
+  std::printf(
+      "rank 0: forward %.3f s, backward %.3f s, optimizer step (waiting for the "
+      "gradients' allreduce) %.3f s\n",
+      r.forward_s, r.backward_s, r.update_s);
+  std::printf(
+      "peak resident memory per rank %.2f GiB (largest rank; %.2f GiB before the first "
+      "step)\n",
+      r.peak_rss_gib, r.start_rss_gib);
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    TESSERA_CHECK(f.good(), "--json: cannot write '", o.json, "'");
+    f << nlohmann::json{{"grid", o.grid},
+                        {"ranks", g.world()},
+                        {"model", o.model},
+                        {"image_size", o.image_size},
+                        {"batch_size", o.batch_size},
+                        {"threads", o.threads},
+                        {"step_s", r.step_s},
+                        {"steps_s", steps},
+                        {"halo_s", r.halo_s},
+                        {"group_s", r.group_s},
+                        {"forward_s", r.forward_s},
+                        {"backward_s", r.backward_s},
+                        {"update_s", r.update_s},
+                        {"peak_rss_gib", r.peak_rss_gib},
+                        {"start_rss_gib", r.start_rss_gib}}
+             .dump(1)
+      << "\n";
+  }
+}
+
 }  // namespace
 
 SpatialBenchResult run_spatial_benchmark(const SpatialBenchOptions& o) {
@@ -98,49 +145,7 @@ SpatialBenchResult run_spatial_benchmark(const SpatialBenchOptions& o) {
   r.update_s = median(updates);
   r.peak_rss_gib = max_over_ranks(rss_gib().second, "bench.spatial.peak");
   r.start_rss_gib = max_over_ranks(start_rss, "bench.spatial.start");
-  if (rank() == 0) {
-    std::printf(
-        "spatial %dx%d grid (%d data group%s), %s, %lldx%lld image, batch %lld, %d thread%s per "
-        "rank%s\n",
-        g.h, g.w, g.data, g.data == 1 ? "" : "s", o.model.c_str(),
-        static_cast<long long>(o.image_size), static_cast<long long>(o.image_size),
-        static_cast<long long>(o.batch_size), o.threads, o.threads == 1 ? "" : "s",
-        whole ? " (the ordinary model on the whole image)" : "");
-    std::printf(
-        "step %.3f s (median of %d, slowest rank), halo exchange %.3f s (%.1f%%), group "
-        "sums %.3f s (%.1f%%)\n",
-        r.step_s, o.iters, r.halo_s, 100.0 * r.halo_s / r.step_s, r.group_s,
-        100.0 * r.group_s / r.step_s);
-    std::printf(
-        "rank 0: forward %.3f s, backward %.3f s, optimizer step (waiting for the "
-        "gradients' allreduce) %.3f s\n",
-        r.forward_s, r.backward_s, r.update_s);
-    std::printf(
-        "peak resident memory per rank %.2f GiB (largest rank; %.2f GiB before the first "
-        "step)\n",
-        r.peak_rss_gib, r.start_rss_gib);
-    if (!o.json.empty()) {
-      std::ofstream f(o.json);
-      TESSERA_CHECK(f.good(), "--json: cannot write '", o.json, "'");
-      f << nlohmann::json{{"grid", o.grid},
-                          {"ranks", g.world()},
-                          {"model", o.model},
-                          {"image_size", o.image_size},
-                          {"batch_size", o.batch_size},
-                          {"threads", o.threads},
-                          {"step_s", r.step_s},
-                          {"steps_s", steps},
-                          {"halo_s", r.halo_s},
-                          {"group_s", r.group_s},
-                          {"forward_s", r.forward_s},
-                          {"backward_s", r.backward_s},
-                          {"update_s", r.update_s},
-                          {"peak_rss_gib", r.peak_rss_gib},
-                          {"start_rss_gib", r.start_rss_gib}}
-               .dump(1)
-        << "\n";
-    }
-  }
+  if (rank() == 0) report(o, g, steps, r);
   return r;
 }
 
