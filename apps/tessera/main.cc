@@ -13,6 +13,7 @@
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "common/settings.h"
+#include "runtime/liveness.h"
 #include "tessera/torch.h"
 #include "train/spatial_benchmark.h"
 #include "engine/options.h"
@@ -178,6 +179,7 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
     } else {
       // The collective benchmarks measure comm and a bare engine: MPI and the settings only.
       settings = tessera::comm::init(&argc, &argv, tessera::resolve_init_options(init_options));
+      tessera::runtime::start_liveness(settings);
     }
     if (train_cmd->parsed()) {
       // Slides come in CSV manifests and train a classifier (ResNet-50, as Tsaris et al.); the
@@ -252,6 +254,7 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
   if (uses_torch) {
     tessera::shutdown(error);
   } else {
+    tessera::runtime::stop_liveness(error);
     tessera::comm::finalize(error);
   }
   return rc;

@@ -9,7 +9,6 @@
 
 #include "comm/backoff.h"
 #include "comm/collectives.h"
-#include "comm/liveness.h"
 #include "comm/mpi_internal.h"
 #include "comm/selector.h"
 #include "comm/shm_arena.h"
@@ -152,7 +151,6 @@ SettingValues init(int* argc, char*** argv, const ResolvedSettings& mine) {
   }
   Settings world = settings_from(agreed);
   world.cost_table = load_cost_table(kCostTable.get(agreed), world, rank);
-  const double heartbeat_s = kHeartbeatTimeout.get(agreed);
   g_world_settings = world;
   {
     // Ranks on this node against its cores decides how waits back off (backoff.h).
@@ -165,7 +163,6 @@ SettingValues init(int* argc, char*** argv, const ResolvedSettings& mine) {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     set_oversubscribed(cores > 0 && node_ranks > cores);
   }
-  if (!liveness_running()) start_liveness(heartbeat_s);
   TESSERA_LOG(kDebug, "reduction kernels: ", reduce_isa());
   return agreed;
 }
@@ -179,11 +176,16 @@ SettingValues init(int* argc, char*** argv) {
 void finalize(const std::string& error) {
   activity::set_phase(error.empty() ? "its work is done; waiting in MPI_Finalize for the others"
                                     : "failed (" + error + "); in MPI_Finalize");
-  stop_liveness(error);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (g_we_initialised && !finalized) MPI_Finalize();
   g_we_initialised = false;
+}
+
+int world_size() {
+  int size = 1;
+  TESSERA_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  return size;
 }
 
 bool is_initialized() {

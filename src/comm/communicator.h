@@ -24,19 +24,22 @@ namespace comm {
 // Initialises MPI with MPI_THREAD_MULTIPLE (throws CommError if the library provides less), then
 // agrees on `mine` with every rank: the same values everywhere, or InvalidArgument on every rank
 // naming each setting that differs and the ranks (and any rank's `mine.error`). The agreed values
-// give the world communicator's Settings (rank 0 reads TESSERA_COST_TABLE for everyone), the log
-// level and the liveness monitor; they are returned for the layers above to read their own.
+// give the world communicator's Settings (rank 0 reads TESSERA_COST_TABLE for everyone) and the
+// log level; they are returned for the layers above to read their own (the liveness monitor,
+// runtime/liveness.h, is started by the caller).
 // Safe to call twice (the second call agrees again and replaces the world's settings).
 SettingValues init(int* argc, char*** argv, const ResolvedSettings& mine);
 // The same with this process's environment as the only source (tests, tools without
 // tessera::init). comm cannot tell another layer's names from typos, so every TESSERA_* name
 // is kept and agreed on; tessera::init, which knows every layer, checks the names.
 SettingValues init(int* argc, char*** argv);
-// Finalises MPI if init() initialised it. With `error` non-empty (this rank is leaving because
-// of it), every rank still running is told so and ends naming this rank and the error
-// (comm/liveness.h). Never throws.
+// Finalises MPI if init() initialised it; `error` (this rank is leaving because of it) is what
+// this rank reports doing meanwhile. Stop the liveness monitor first (runtime/liveness.h), which
+// tells the other ranks. Never throws.
 void finalize(const std::string& error = "");
 bool is_initialized();
+// Ranks in MPI_COMM_WORLD (after init).
+int world_size();
 
 class ShmArena;
 struct CommState;

@@ -1,6 +1,6 @@
 // What this process is doing, for the message it prints when the job ends abnormally.
 //
-// A rank that learns that another rank died (comm/liveness.h) or that the launcher is
+// A rank that learns that another rank died (runtime/liveness.h) or that the launcher is
 // terminating it says what it was in the middle of: the training step and phase, the
 // collectives the engine still had in flight. Layers above comm/ register reporters here, so
 // the liveness monitor (in comm/) can describe them without depending on them.

@@ -10,6 +10,7 @@
 #include "tune/config_file.h"
 #include "tune/settings.h"
 #include "common/logging.h"
+#include "runtime/liveness.h"
 #include "tessera/torch.h"
 #include "torch/memory_policy.h"
 
@@ -65,6 +66,7 @@ void init(const InitOptions& options) {
   auto ctx = std::make_unique<detail::Context>();
   ctx->settings = comm::init(nullptr, nullptr, resolve_init_options(options));
   const SettingValues& agreed = ctx->settings;
+  runtime::start_liveness(agreed);
   const std::string policy = detail::apply_malloc_policy(
       detail::parse_malloc_policy(detail::kMallocPolicy.get(agreed)));
   ctx->world = comm::Communicator::world();
@@ -92,6 +94,8 @@ void shutdown(const std::string& error) {
     }
   }
   ctx.reset();  // the engine's destructor agrees on shutdown with the other ranks
+  // With an error, the ranks still running learn it (and end) instead of waiting on this one.
+  runtime::stop_liveness(error);
   // MPI initialised by someone else (the application, a test main) stays theirs to finalise.
   if (detail::g_owns_mpi) comm::finalize(error);
   detail::g_owns_mpi = false;

@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "comm/liveness.h"
+#include "runtime/liveness.h"
 #include "comm/selector.h"
 #include "comm/settings.h"
 #include "common/error.h"
@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     at = end + 1;
   }
   std::vector<tessera::SettingInfo> known = {tessera::kLogLevel.info(),
-                                              tessera::comm::kHeartbeatTimeout.info()};
+                                              tessera::runtime::kHeartbeatTimeout.info()};
   for (const auto& layer : {tessera::comm::declared_settings(),
                             tessera::engine::declared_settings(),
                             tessera::tune::declared_settings()}) {

@@ -1,15 +1,18 @@
-// Pure parts of the liveness monitor (comm/liveness.h) and the activity registry.
+// Pure parts of the liveness monitor (runtime/liveness.h) and the activity registry.
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "comm/liveness.h"
+#include "runtime/liveness.h"
 #include "common/activity.h"
 #include "common/agreement.h"
 
 namespace tessera {
-namespace comm {
+namespace runtime {
 namespace {
+
+using comm::watched_peer;
+using comm::watcher_of;
 
 TEST(Liveness, EveryRankIsWatchedByExactlyOneOtherRank) {
   for (int size = 2; size <= 64; ++size) {
@@ -81,7 +84,7 @@ TEST(Activity, DescribesThePhaseAndEveryReporterUntilRemoved) {
 }
 
 }  // namespace
-}  // namespace comm
+}  // namespace runtime
 }  // namespace tessera
 
 namespace tessera {

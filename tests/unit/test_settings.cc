@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/liveness.h"
+#include "runtime/liveness.h"
 #include "comm/settings.h"
 #include "common/error.h"
 #include "common/logging.h"
@@ -34,7 +34,7 @@ bool contains(const std::string& text, const std::string& part) {
 }
 
 std::vector<SettingInfo> every_torch_free_setting() {
-  std::vector<SettingInfo> all = {kLogLevel.info(), comm::kHeartbeatTimeout.info()};
+  std::vector<SettingInfo> all = {kLogLevel.info(), runtime::kHeartbeatTimeout.info()};
   for (const auto& layer :
        {comm::declared_settings(), engine::declared_settings(), tune::declared_settings()}) {
     all.insert(all.end(), layer.begin(), layer.end());

@@ -2,9 +2,10 @@
 // another rank died or stopped answering, and ends with a message that names that rank and what
 // this one had in flight, instead of waiting in a collective until TESSERA_TIMEOUT.
 //
-// Heartbeats go around a ring on a private duplicate of MPI_COMM_WORLD: rank r sends one
-// byte to r+1 every timeout/10 and watches r-1. A thread per rank (started by comm::init when
-// the world has more than one rank) sends, watches and listens for notices:
+// Heartbeats go around a ring on a private duplicate of MPI_COMM_WORLD (comm/heartbeat.h, the
+// messages): rank r sends one to r+1 every timeout/10 and watches r-1. A thread per rank
+// (started by tessera::init, or the tool that initialised comm, when the world has more than one
+// rank) sends, watches and listens for notices:
 //   - its predecessor silent for the timeout: it tells every rank (one message each) and ends;
 //   - a notice from another rank: it ends, naming the rank the notice names;
 //   - a rank that leaves with an error tells every rank, whose job would otherwise wait on it;
@@ -19,10 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "comm/heartbeat.h"
 #include "common/settings.h"
 
 namespace tessera {
-namespace comm {
+namespace runtime {
+
+using comm::PeerInfo;
 
 inline constexpr NumberSetting kHeartbeatTimeout{
     "TESSERA_HEARTBEAT_TIMEOUT", 10.0, "seconds", false, "no monitor",
@@ -33,25 +37,17 @@ inline constexpr NumberSetting kHeartbeatTimeout{
 // Exit status of a rank that ended because another rank died or failed.
 constexpr int kExitPeerLost = 75;
 
-// Starts the monitor (collective over MPI_COMM_WORLD; init() calls it). timeout_s <= 0 or a
-// one-rank world: nothing is started.
-void start_liveness(double timeout_s);
-// Stops the monitor before MPI_Finalize. With `error` non-empty, every rank still running is
+// Starts the monitor (collective over MPI_COMM_WORLD) after comm::init, from the agreed
+// TESSERA_HEARTBEAT_TIMEOUT. A timeout of 0, a one-rank world or a running monitor: nothing is
+// started.
+void start_liveness(const SettingValues& settings);
+// Stops the monitor before comm::finalize. With `error` non-empty, every rank still running is
 // told that this rank failed with that message and ends after a short grace period (unless it
 // stops its own monitor first). Never throws.
 void stop_liveness(const std::string& error = "");
 bool liveness_running();
 
 // Pure parts, unit-tested.
-
-// Who rank r watches and who watches it, on a ring of `size`.
-int watched_peer(int rank, int size);
-int watcher_of(int rank, int size);
-
-struct PeerInfo {
-  std::string host;
-  int pid = 0;
-};
 
 // The line printed when rank `me` ends because `dead` stopped answering (silent for
 // `silent_s`, noticed by `noticed_by`).
@@ -69,5 +65,5 @@ std::string terminated_message(int me, const std::vector<PeerInfo>& peers,
 std::vector<int> ended_on_this_host(int me, const std::vector<PeerInfo>& peers,
                                     const std::map<int, char>& state_of_pid);
 
-}  // namespace comm
+}  // namespace runtime
 }  // namespace tessera
