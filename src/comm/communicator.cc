@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "comm/backoff.h"
@@ -13,6 +14,7 @@
 #include "comm/selector.h"
 #include "comm/shm_arena.h"
 #include "common/activity.h"
+#include "common/agreement.h"
 #include "common/logging.h"
 #include "common/reduce.h"
 
@@ -67,13 +69,19 @@ SettingValues agree(const ResolvedSettings& mine, int size) {
   TESSERA_MPI_CHECK(MPI_Allgatherv(text.data(), len, MPI_CHAR, &all[0], lens.data(),
                                    offsets.data(), MPI_CHAR, MPI_COMM_WORLD));
   std::vector<SettingValues> by_rank(static_cast<size_t>(size));
-  std::string errors;
+  std::map<std::string, std::vector<int>> ranks_of_error;  // the same error once, with its ranks
   for (int r = 0; r < size; ++r) {
     std::string error;
     decode(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]),
                       static_cast<size_t>(lens[static_cast<size_t>(r)])),
            &error, &by_rank[static_cast<size_t>(r)]);
-    if (!error.empty()) errors += detail::concat(errors.empty() ? "" : "; ", "rank ", r, ": ", error);
+    if (!error.empty()) ranks_of_error[error].push_back(r);
+  }
+  std::string errors;
+  for (const auto& er : ranks_of_error) {
+    errors += detail::concat(errors.empty() ? "" : "; ",
+                             er.second.size() == 1 ? "rank " : "ranks ", rank_list(er.second),
+                             ": ", er.first);
   }
   if (!errors.empty()) throw InvalidArgument("tessera settings: " + errors);
   const std::string differ = settings_disagreement(by_rank);

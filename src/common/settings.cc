@@ -9,6 +9,7 @@
 #include <limits>
 #include <sstream>
 
+#include "common/agreement.h"
 #include "common/error.h"
 #include "common/strings.h"
 
@@ -271,18 +272,17 @@ std::string settings_disagreement(const std::vector<SettingValues>& by_rank) {
       holders[v ? "'" + *v + "'" : std::string("unset")].push_back(static_cast<int>(r));
     }
     if (holders.size() == 1) continue;
-    out += (out.empty() ? "" : "; ") + kv.first + " differs between ranks:";
-    const char* sep = " ";
+    out += (out.empty() ? "" : ", ") + kv.first + " differs between ranks (";
+    const char* sep = "";
     for (const auto& h : holders) {
-      out += sep + h.first + (h.second.size() == 1 ? " on rank " : " on ranks ");
-      for (size_t i = 0; i < h.second.size(); ++i) {
-        out += (i ? "," : "") + std::to_string(h.second[i]);
-      }
-      sep = ", ";
+      out += sep + h.first + (h.second.size() == 1 ? " on rank " : " on ranks ") +
+             rank_list(h.second);
+      sep = "; ";
     }
+    out += ")";
   }
   if (!out.empty()) {
-    out += " (every rank must hold the same settings: a config file or an environment variable "
+    out += ": every rank must hold the same settings (a config file or an environment variable "
            "present on some hosts only? `mpirun -x NAME` passes a variable to every rank)";
   }
   return out;

@@ -329,6 +329,47 @@ TEST_F(CollectivesTest, EachCommunicatorUsesItsOwnSettings) {
   EXPECT_EQ(threw_total, n - 1);
 }
 
+// comm::init agrees on the settings: a value that differs between ranks, a rank's own problem
+// with its sources, or a bad value all ranks share, is the same InvalidArgument on every rank
+// (none is left waiting for one that threw), naming the setting and the ranks.
+TEST_F(CollectivesTest, SettingsThatDifferBetweenRanksFailOnEveryRank) {
+  const int n = world_->size(), r = world_->rank();
+  auto error_of = [](const ResolvedSettings& mine) {
+    try {
+      init(nullptr, nullptr, mine);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  if (n >= 2) {
+    ResolvedSettings differ;
+    differ.values = {{"TESSERA_COLORS", r == 1 ? "3" : "2"}};
+    const std::string why = error_of(differ);
+    EXPECT_NE(why.find("TESSERA_COLORS differs between ranks"), std::string::npos) << why;
+    EXPECT_NE(why.find("'3' on rank 1"), std::string::npos) << why;
+    std::string others = n == 2 ? "'2' on rank 0" : "'2' on ranks 0";
+    for (int q = 2; q < n; ++q) others += ", " + std::to_string(q);
+    EXPECT_NE(why.find(others), std::string::npos) << why;
+  }
+  ResolvedSettings one_rank_bad;
+  if (r == n - 1) one_rank_bad.error = "unknown config file key TESSERA_X";
+  const std::string why = error_of(one_rank_bad);
+  EXPECT_NE(why.find("rank " + std::to_string(n - 1) + ": unknown config file key TESSERA_X"),
+            std::string::npos)
+      << why;
+  ResolvedSettings out_of_range;
+  out_of_range.values = {{"TESSERA_COLORS", "99"}};
+  const std::string range = error_of(out_of_range);
+  EXPECT_NE(range.find("TESSERA_COLORS='99' is not accepted: out of range; accepted: an integer "
+                       "from 1 to 16"),
+            std::string::npos)
+      << range;
+  // None of these replaced the settings init agreed on: a new world communicator has them.
+  EXPECT_EQ(Communicator::world()->settings().colors, world_->settings().colors);
+  barrier(*world_);
+}
+
 TEST_F(CollectivesTest, BarrierAndZeroCounts) {
   barrier(*world_);
   allgather(*world_, nullptr, nullptr, 0, DataType::kFloat32);

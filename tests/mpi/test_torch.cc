@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include "common/error.h"
+#include "comm/communicator.h"
 #include "engine/engine.h"
 #include "mpi/torch_test_util.h"
 #include "tessera/torch.h"
@@ -554,6 +557,97 @@ TEST_F(TorchTest, JoinLetsRanksWithLessDataFinishAndAveragesOverTheOthers) {
         n() - 1);
     join();
   }
+}
+
+}  // namespace
+}  // namespace tessera
+
+// The settings path of tessera::init: sources, their precedence, and a config file that exists
+// or differs on some hosts only. Run through resolve_init_options and comm::init, the two steps
+// of init, since init itself has run for the suite.
+namespace tessera {
+namespace {
+
+using testing::TorchTest;
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + name; }
+
+void write_config(const std::string& path, const std::string& knobs_json) {
+  std::ofstream(path) << "{\"knobs\": " << knobs_json << "}\n";
+}
+
+// What comm::init says about these options on every rank ("agreed" when it accepts them).
+std::string agreement_of(const InitOptions& options) {
+  try {
+    comm::init(nullptr, nullptr, resolve_init_options(options));
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "agreed";
+}
+
+TEST_F(TorchTest, InitOptionsExplicitBeatsEnvironmentBeatsConfigFile) {
+  const std::string path = temp_path("tessera_precedence_" + std::to_string(r()) + ".json");
+  write_config(path,
+               R"({"TESSERA_FUSION_THRESHOLD": "1MiB", "TESSERA_CYCLE_TIME": "3",
+                   "TESSERA_IDLE_BACKOFF": "30"})");
+  InitOptions o;
+  o.config_file = path;
+  o.set(engine::kFusionThreshold, size_t{2} << 20);
+  // setenv is a test's tool here (before any thread reads the environment in this call).
+  ::setenv("TESSERA_IDLE_BACKOFF", "20", 1);
+  const ResolvedSettings mine = resolve_init_options(o);
+  ::unsetenv("TESSERA_IDLE_BACKOFF");
+  EXPECT_EQ(mine.error, "");
+  const engine::EngineOptions e = engine::options_from(mine.values);
+  EXPECT_EQ(e.tunables.fusion_threshold, size_t{2} << 20);  // explicit over the file
+  EXPECT_EQ(e.idle_backoff_ms, 20.0);                       // environment over the file
+  EXPECT_EQ(e.tunables.cycle_time_ms, 3.0);                 // the file over the default
+  EXPECT_EQ(e.stall_check_s, engine::kStallCheckTime.fallback);  // nobody: the default
+  o.read_environment = false;
+  EXPECT_EQ(engine::options_from(resolve_init_options(o).values).idle_backoff_ms, 30.0);
+  std::remove(path.c_str());
+}
+
+TEST_F(TorchTest, UnknownSettingsNameTheNearestKnownOne) {
+  InitOptions o;
+  o.settings["TESSERA_FUSION_TRESHOLD"] = "1MiB";
+  const std::string why = agreement_of(o);
+  EXPECT_NE(why.find("unknown setting TESSERA_FUSION_TRESHOLD (did you mean "
+                     "TESSERA_FUSION_THRESHOLD?)"),
+            std::string::npos)
+      << why;
+  o.settings = {{"TESSERA_CACHE_CAPACITY", "-3"}};
+  const std::string range = agreement_of(o);
+  EXPECT_NE(range.find("TESSERA_CACHE_CAPACITY='-3' is not accepted: out of range; accepted: an "
+                       "integer from 0 to 1048576"),
+            std::string::npos)
+      << range;
+}
+
+TEST_F(TorchTest, AConfigFileOnSomeHostsOnlyFailsOnEveryRank) {
+  if (n() < 2) GTEST_SKIP() << "needs two ranks";
+  const std::string path = temp_path("tessera_hosts_" + std::to_string(r()) + ".json");
+  InitOptions o;
+  o.read_environment = false;
+  o.config_file = path;
+  // Present on rank 0's host only: the others cannot read it, and every rank says so.
+  std::remove(path.c_str());
+  if (r() == 0) write_config(path, R"({"TESSERA_FUSION_THRESHOLD": "64MiB"})");
+  const std::string missing = agreement_of(o);
+  EXPECT_NE(missing.find("rank 1: "), std::string::npos) << missing;
+  EXPECT_NE(missing.find("tessera_hosts_1.json"), std::string::npos) << missing;
+  EXPECT_EQ(missing.find("rank 0: "), std::string::npos) << missing;
+  // Present everywhere with different values: named, with the ranks that hold each.
+  if (r() != 0) write_config(path, R"({"TESSERA_FUSION_THRESHOLD": "32MiB"})");
+  const std::string differ = agreement_of(o);
+  EXPECT_NE(differ.find("TESSERA_FUSION_THRESHOLD differs between ranks"), std::string::npos)
+      << differ;
+  EXPECT_NE(differ.find("'64MiB' on rank 0"), std::string::npos) << differ;
+  std::string others = n() == 2 ? "'32MiB' on rank 1" : "'32MiB' on ranks 1";
+  for (int q = 2; q < n(); ++q) others += ", " + std::to_string(q);
+  EXPECT_NE(differ.find(others), std::string::npos) << differ;
+  std::remove(path.c_str());
 }
 
 }  // namespace

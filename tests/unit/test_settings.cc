@@ -192,11 +192,11 @@ TEST(Settings, DisagreementNamesTheSettingAndTheRanks) {
       {{"TESSERA_COLORS", "3"}, {"TESSERA_CYCLE_TIME", "1"}},
       {{"TESSERA_COLORS", "2"}, {"TESSERA_CYCLE_TIME", "1"}}};
   const std::string why = settings_disagreement(differ);
-  EXPECT_TRUE(contains(why, "TESSERA_COLORS differs between ranks: '2' on ranks 0,1,3, '3' on "
-                            "rank 2"))
+  EXPECT_TRUE(contains(why, "TESSERA_COLORS differs between ranks ('2' on ranks 0, 1, 3; '3' "
+                            "on rank 2)"))
       << why;
-  EXPECT_TRUE(contains(why, "TESSERA_CYCLE_TIME differs between ranks: '1' on ranks 0,2,3, unset "
-                            "on rank 1"))
+  EXPECT_TRUE(contains(why, "TESSERA_CYCLE_TIME differs between ranks ('1' on ranks 0, 2, 3; "
+                            "unset on rank 1)"))
       << why;
 }
 
