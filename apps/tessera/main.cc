@@ -138,6 +138,8 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
   app.add_subcommand("tune",
                      "tune the engine's knobs while training: tessera tune [--log F] [--output F] "
                      "[--bounds B] -- <train arguments>");
+  CLI::App* settings_cmd = app.add_subcommand(
+      "settings", "print every TESSERA_* setting, its default, range and meaning (docs/knobs.md)");
   tessera::app::ExportOptions export_options;
   CLI::App* export_cmd = tessera::app::add_export_command(app, export_options);
 
@@ -152,6 +154,11 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
     return app.exit(e);
   }
 
+  if (settings_cmd->parsed()) {
+    // The declarations themselves, as docs/knobs.md's table (a test keeps the two equal).
+    std::fputs(tessera::settings_markdown(tessera::declared_settings()).c_str(), stdout);
+    return 0;
+  }
   if (simulate_cmd->parsed()) {
     // Sequential and MPI-free: runs as one process, no mpirun needed.
     try {

@@ -302,8 +302,10 @@ SettingValues environment_settings() {
 std::string settings_markdown(const std::vector<SettingInfo>& infos) {
   std::string out = "| setting | default | accepted | meaning |\n|---|---|---|---|\n";
   for (const SettingInfo& i : infos) {
-    out += "| `" + i.name + "` | `" + i.default_text + "` | " + i.accepted + " | " + i.meaning +
-           " |\n";
+    // "(empty: auto)" is prose, a value is code.
+    const std::string shown =
+        i.default_text.rfind("(", 0) == 0 ? i.default_text : "`" + i.default_text + "`";
+    out += "| `" + i.name + "` | " + shown + " | " + i.accepted + " | " + i.meaning + " |\n";
   }
   return out;
 }
