@@ -88,7 +88,9 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
   app.require_subcommand(1);
 
   tessera::app::BenchOptions bench;
-  std::string min_b = "8", max_b = "128M", dtype = "f32", op = "sum";
+  // The size flags take text ("64K"); their defaults are BenchOptions'.
+  std::string min_b = tessera::format_bytes(bench.min_bytes),
+              max_b = tessera::format_bytes(bench.max_bytes), dtype = "f32", op = "sum";
   std::vector<std::string> algos;
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmark a collective beside MPI's own");
   bench_cmd

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/algorithm.h"
+#include "comm/pipelining.h"
 
 namespace tessera {
 namespace comm {
@@ -57,9 +58,10 @@ struct CostTable {
   // What a node copies per second with every rank copying at once (GB/s, all ranks together;
   // 0: not measured). The simulator's cost of the engine's fusion-buffer copies.
   double node_copy_gbps = 0;
-  size_t segment_bytes = size_t{256} << 10;
-  size_t shm_bytes = size_t{1} << 20;
-  int colors = 4;
+  // The pipelining the predictions assume: the communicator's settings (set at init).
+  size_t segment_bytes = kSegmentBytes.fallback;
+  size_t shm_bytes = kShmBytes.fallback;
+  int colors = static_cast<int>(kColors.fallback);
   std::vector<MeasuredCurve> measured;
 };
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/settings.h"
+#include "comm/pipelining.h"
 #include "comm/selector.h"
 
 namespace tessera {
@@ -32,16 +33,6 @@ inline constexpr TextSetting kAllreduce{
     "allreduce algorithm by message size, e.g. `dbtree:0-65536;ring:65537-max`; sizes outside "
     "every range use auto. A malformed value is an error that quotes the bad part",
     check_override};
-inline constexpr IntSetting kColors{
-    "TESSERA_COLORS", 4, 1, 16,
-    "number of colors (concurrent trees) of the `multicolor` algorithm"};
-inline constexpr BytesSetting kSegmentBytes{
-    "TESSERA_SEGMENT_BYTES", size_t{256} << 10, size_t{1} << 10, size_t{1} << 30,
-    "pipelining unit of the point-to-point algorithms (`ring`, `dbtree`, `multicolor`)"};
-inline constexpr BytesSetting kShmBytes{
-    "TESSERA_SHM_BYTES", size_t{1} << 20, size_t{4} << 10, size_t{1} << 30,
-    "bytes per rank staged through node-local shared memory at a time (`hierarchical`); each "
-    "rank maps twice this much"};
 inline constexpr TextSetting kCostTable{
     "TESSERA_COST_TABLE", "", "built in", "a path to a JSON file",
     "cost table written by `tessera bench allreduce --calibrate`; `auto` uses its measured "

@@ -50,9 +50,9 @@ struct Machine {
   double cache_allreduce_gbps = 0;
   double cache_bytes = 0;
   // Pipelining parameters of the algorithms (the knobs' defaults).
-  double segment_bytes = 256 * 1024;
-  double shm_bytes = 1024 * 1024;
-  int colors = 4;
+  double segment_bytes = static_cast<double>(comm::kSegmentBytes.fallback);
+  double shm_bytes = static_cast<double>(comm::kShmBytes.fallback);
+  int colors = static_cast<int>(comm::kColors.fallback);
 };
 
 // "summit" or "local" (local reads `cost_table_path`, or the built-in table when empty).
