@@ -109,7 +109,7 @@ out=$(run bench train --config "$work/tuned.json" --model resnet18 --image-size 
 check "bench train --config" 0 "Total img/sec" "$out" $rc
 echo '{"knobs": {"TESSERA_FUSION": "1M"}}' > "$work/bad_config.json"
 out=$(run train --config "$work/bad_config.json" --steps 1 2>&1); rc=$?
-check "train --config: unknown knob" 2 "knobs.TESSERA_FUSION is not a tessera knob" "$out" $rc
+check "train --config: unknown setting" 2 "unknown config file key TESSERA_FUSION (did you mean TESSERA_FUSION_THRESHOLD?)" "$out" $rc
 out=$(run tune --bounds "cycle_time_ms=5-1" -- bench train --model resnet18 --image-size 32 \
   --batch-size 2 --iters 1 2>&1); rc=$?
 check "tune: bounds that exclude every value" 2 "field 'cycle_time_ms'" "$out" $rc

@@ -86,7 +86,7 @@ int local_size();
 engine::Engine& global_engine();
 // The settings every rank agreed on at init, by name (empty before init: every setting at its
 // default). Each layer parses its own from these with its declarations' get().
-const SettingValues& settings();
+SettingValues settings();
 // TESSERA_TIMEOUT as agreed at init (its default before): the deadline of any wait of the
 // layers above (the input pipeline's).
 double timeout_s();

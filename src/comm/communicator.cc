@@ -176,8 +176,14 @@ SettingValues init(int* argc, char*** argv, const ResolvedSettings& mine) {
 }
 
 SettingValues init(int* argc, char*** argv) {
-  ResolvedSettings mine;
-  mine.values = environment_settings();
+  std::vector<SettingInfo> known = declared_settings();
+  known.push_back(kLogLevel.info());
+  SettingSources sources;
+  sources.environment = environment_settings();
+  ResolvedSettings mine = resolve_settings(sources, known);
+  // Other layers' names (and launch scripts' variables, which may be set on some hosts only)
+  // are not comm's to judge or compare: dropped without a word.
+  mine.warnings.clear();
   return init(argc, argv, mine);
 }
 

@@ -29,9 +29,10 @@ namespace comm {
 // runtime/liveness.h, is started by the caller).
 // Safe to call twice (the second call agrees again and replaces the world's settings).
 SettingValues init(int* argc, char*** argv, const ResolvedSettings& mine);
-// The same with this process's environment as the only source (tests, tools without
-// tessera::init). comm cannot tell another layer's names from typos, so every TESSERA_* name
-// is kept and agreed on; tessera::init, which knows every layer, checks the names.
+// The same with this process's environment as the only source (the MPI tests' main): comm's own
+// settings and the log level, checked and agreed on. comm cannot tell another layer's names
+// from typos (or from a launch script's variables), so it ignores them; tessera::init, which
+// knows every layer, checks every name.
 SettingValues init(int* argc, char*** argv);
 // Finalises MPI if init() initialised it; `error` (this rank is leaving because of it) is what
 // this rank reports doing meanwhile. Stop the liveness monitor first (runtime/liveness.h), which

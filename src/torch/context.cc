@@ -112,10 +112,9 @@ int local_rank() { return detail::context().world->local_rank(); }
 int local_size() { return detail::context().world->local_size(); }
 engine::Engine& global_engine() { return *detail::context().engine; }
 
-const SettingValues& settings() {
-  static const SettingValues kNone;
+SettingValues settings() {
   std::lock_guard<std::mutex> lock(detail::g_mu);
-  return detail::g_context ? detail::g_context->settings : kNone;
+  return detail::g_context ? detail::g_context->settings : SettingValues{};
 }
 
 double timeout_s() { return comm::kTimeout.get(settings()); }
