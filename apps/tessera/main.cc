@@ -13,10 +13,10 @@
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "common/settings.h"
+#include "engine/options.h"
 #include "runtime/liveness.h"
 #include "tessera/torch.h"
 #include "train/spatial_benchmark.h"
-#include "engine/options.h"
 #include "tune/settings.h"
 
 namespace {

@@ -211,8 +211,8 @@ void reduce_scatter(Communicator& comm, const void* send, void* recv, size_t blo
     if (send != recv) std::memmove(recv, send, block * esize);
     return;
   }
-  ring_reduce_scatter(comm, send, recv, block, dtype, op,
-                      comm.settings().segment_bytes, comm.settings().timeout_s);
+  ring_reduce_scatter(comm, send, recv, block, dtype, op, comm.settings().segment_bytes,
+                      comm.settings().timeout_s);
   AllreduceArgs a;
   a.dtype = dtype;
   a.op = op;

@@ -1,8 +1,8 @@
 // tessera's collectives on raw buffers. All are blocking for the caller, collective over the
 // communicator (every rank calls the same collective with matching arguments, in the same
-// order), and bounded by the communicator's timeout (TESSERA_TIMEOUT): a peer that never shows up is a TimeoutError naming
-// it, not a hang. In place: pass the same pointer for input and output (allgather: the input
-// at the rank's block of the output).
+// order), and bounded by the communicator's timeout (TESSERA_TIMEOUT): a peer that never shows up
+// is a TimeoutError naming it, not a hang. In place: pass the same pointer for input and output
+// (allgather: the input at the rank's block of the output).
 //
 // Bad arguments (a null buffer with a non-zero count, a byte size that overflows, average on
 // an integer dtype, a root out of range, an algorithm that cannot run here) throw

@@ -66,8 +66,8 @@ SettingValues agree(const ResolvedSettings& mine, int size) {
     total += lens[static_cast<size_t>(r)];
   }
   std::string all(static_cast<size_t>(total), '\0');
-  TESSERA_MPI_CHECK(MPI_Allgatherv(text.data(), len, MPI_CHAR, &all[0], lens.data(),
-                                   offsets.data(), MPI_CHAR, MPI_COMM_WORLD));
+  TESSERA_MPI_CHECK(MPI_Allgatherv(text.data(), len, MPI_CHAR, &all[0], lens.data(), offsets.data(),
+                                   MPI_CHAR, MPI_COMM_WORLD));
   std::vector<SettingValues> by_rank(static_cast<size_t>(size));
   std::map<std::string, std::vector<int>> ranks_of_error;  // the same error once, with its ranks
   for (int r = 0; r < size; ++r) {
@@ -79,9 +79,8 @@ SettingValues agree(const ResolvedSettings& mine, int size) {
   }
   std::string errors;
   for (const auto& er : ranks_of_error) {
-    errors += detail::concat(errors.empty() ? "" : "; ",
-                             er.second.size() == 1 ? "rank " : "ranks ", rank_list(er.second),
-                             ": ", er.first);
+    errors += detail::concat(errors.empty() ? "" : "; ", er.second.size() == 1 ? "rank " : "ranks ",
+                             rank_list(er.second), ": ", er.first);
   }
   if (!errors.empty()) throw InvalidArgument("tessera settings: " + errors);
   const std::string differ = settings_disagreement(by_rank);
@@ -117,7 +116,6 @@ std::shared_ptr<const CostTable> load_cost_table(const std::string& path, const 
   table.colors = s.colors;
   return std::make_shared<const CostTable>(table);
 }
-
 
 // The settings init agreed on: the default of Communicator::world().
 Settings g_world_settings;
@@ -253,7 +251,7 @@ std::unique_ptr<CommState> state_over(MPI_Comm comm, const Settings& settings) {
 }  // namespace
 
 std::unique_ptr<Communicator> Communicator::from_dup(CommState&& base, bool with_nodes,
-                                                    const Settings& settings) {
+                                                     const Settings& settings) {
   std::unique_ptr<CommState> s(new CommState());
   s->settings = settings;
   s->comm = base.comm;
@@ -368,8 +366,8 @@ ShmArena& Communicator::shm_arena(size_t bytes_per_rank) {
   // same order, so every rank grows at the same call).
   if (!state_->arena || state_->arena->bytes_per_rank() < bytes_per_rank) {
     state_->arena.reset();
-    state_->arena = std::make_unique<ShmArena>(*state_->local, bytes_per_rank,
-                                               state_->settings.timeout_s);
+    state_->arena =
+        std::make_unique<ShmArena>(*state_->local, bytes_per_rank, state_->settings.timeout_s);
   }
   return *state_->arena;
 }

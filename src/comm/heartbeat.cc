@@ -69,8 +69,7 @@ struct HeartbeatChannel::Mpi {
     MPI_Irecv(&beat_in, 1, MPI_INT32_T, from, kTagBeat, comm, &beat_recv);
   }
   void post_notice_receive() {
-    MPI_Irecv(&notice_in, sizeof(Notice), MPI_BYTE, MPI_ANY_SOURCE, kTagNotice, comm,
-              &notice_recv);
+    MPI_Irecv(&notice_in, sizeof(Notice), MPI_BYTE, MPI_ANY_SOURCE, kTagNotice, comm, &notice_recv);
   }
 };
 

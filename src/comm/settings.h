@@ -8,15 +8,19 @@
 #include <string>
 #include <vector>
 
-#include "common/settings.h"
 #include "comm/pipelining.h"
 #include "comm/selector.h"
+#include "common/settings.h"
 
 namespace tessera {
 namespace comm {
 
 inline constexpr NumberSetting kTimeout{
-    "TESSERA_TIMEOUT", 300.0, "seconds", true, "",
+    "TESSERA_TIMEOUT",
+    300.0,
+    "seconds",
+    true,
+    "",
     "longest any blocking wait in tessera may take before it fails with `TimeoutError` naming "
     "the peer it waited for"};
 inline constexpr IntSetting kRanksPerNode{
@@ -26,7 +30,9 @@ inline constexpr IntSetting kRanksPerNode{
     "real node split (`MPI_Comm_split_type` shared)"};
 void check_override(const std::string& text);  // parse_override, for kAllreduce
 inline constexpr TextSetting kAllreduce{
-    "TESSERA_ALLREDUCE", "", "auto",
+    "TESSERA_ALLREDUCE",
+    "",
+    "auto",
     "`ALGO` or `ALGO:LO-HI[;ALGO:LO-HI...]`, `ALGO` one of `auto ring rhd dbtree multicolor "
     "hierarchical mpi`, `LO`/`HI` byte sizes with optional `K`/`KiB`/`M`/`MiB`/`G`/`GiB` "
     "suffix, `HI` may be `max`; ranges inclusive and not overlapping",

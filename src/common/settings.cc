@@ -1,9 +1,9 @@
 #include "common/settings.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -75,7 +75,8 @@ std::string NumberSetting::format(double v) const {
 SettingInfo NumberSetting::info() const {
   std::string accepted = std::string(unit) + ", a number " + (positive ? "> 0" : ">= 0");
   if (*zero_means != '\0') accepted += std::string(" (0: ") + zero_means + ")";
-  return {name, number_text(fallback), accepted, meaning, [this](const SettingValues& v) { get(v); }};
+  return {name, number_text(fallback), accepted, meaning,
+          [this](const SettingValues& v) { get(v); }};
 }
 
 long IntSetting::get(const SettingValues& values) const {
@@ -214,8 +215,8 @@ ResolvedSettings resolve_settings(const SettingSources& sources,
   const std::vector<std::string> bad_config = unknown_settings(sources.config_file, known);
   if (!bad_explicit.empty()) r.error = "unknown setting " + join(bad_explicit);
   if (!bad_config.empty()) {
-    r.error += (r.error.empty() ? "" : "; ") + std::string("unknown config file key ") +
-               join(bad_config);
+    r.error +=
+        (r.error.empty() ? "" : "; ") + std::string("unknown config file key ") + join(bad_config);
   }
   if (!r.error.empty()) r.error += "; docs/knobs.md lists every setting";
   SettingSources kept = sources;
@@ -235,6 +236,16 @@ ResolvedSettings resolve_settings(const SettingSources& sources,
 }
 
 std::string nearest_name(const std::string& name, const std::vector<SettingInfo>& known) {
+  // A name cut short (TESSERA_FUSION) is nearest to the shortest name that starts with it, which
+  // an edit distance would rank below an unrelated name of about its length.
+  std::string shortest_extension;
+  for (const SettingInfo& info : known) {
+    const bool extends = info.name.size() > name.size() && info.name.rfind(name, 0) == 0;
+    if (extends && (shortest_extension.empty() || info.name.size() < shortest_extension.size())) {
+      shortest_extension = info.name;
+    }
+  }
+  if (!shortest_extension.empty()) return shortest_extension;
   std::string best;
   size_t best_distance = std::numeric_limits<size_t>::max();
   for (const SettingInfo& info : known) {
@@ -275,15 +286,16 @@ std::string settings_disagreement(const std::vector<SettingValues>& by_rank) {
     out += (out.empty() ? "" : ", ") + kv.first + " differs between ranks (";
     const char* sep = "";
     for (const auto& h : holders) {
-      out += sep + h.first + (h.second.size() == 1 ? " on rank " : " on ranks ") +
-             rank_list(h.second);
+      out +=
+          sep + h.first + (h.second.size() == 1 ? " on rank " : " on ranks ") + rank_list(h.second);
       sep = "; ";
     }
     out += ")";
   }
   if (!out.empty()) {
-    out += ": every rank must hold the same settings (a config file or an environment variable "
-           "present on some hosts only? `mpirun -x NAME` passes a variable to every rank)";
+    out +=
+        ": every rank must hold the same settings (a config file or an environment variable "
+        "present on some hosts only? `mpirun -x NAME` passes a variable to every rank)";
   }
   return out;
 }

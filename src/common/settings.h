@@ -32,8 +32,8 @@ struct SettingInfo {
 struct NumberSetting {
   const char* name;
   double fallback;
-  const char* unit;  // "seconds", "milliseconds"
-  bool positive;     // true: > 0; false: >= 0
+  const char* unit;        // "seconds", "milliseconds"
+  bool positive;           // true: > 0; false: >= 0
   const char* zero_means;  // what 0 does ("" when 0 is not special)
   const char* meaning;
   double get(const SettingValues& values) const;
@@ -120,7 +120,8 @@ struct ResolvedSettings {
 ResolvedSettings resolve_settings(const SettingSources& sources,
                                   const std::vector<SettingInfo>& known);
 
-// The known name closest to `name` (edit distance), for "did you mean" messages.
+// The known name closest to `name`, for "did you mean" messages: the shortest one that extends it
+// (a name cut short), else the one at the least edit distance.
 std::string nearest_name(const std::string& name, const std::vector<SettingInfo>& known);
 // Names of `values` that `known` does not declare, each with the nearest known name:
 // "TESSERA_FUSION_TRESHOLD (did you mean TESSERA_FUSION_THRESHOLD?)". Empty when all are known.

@@ -30,8 +30,8 @@ void Engine::Impl::trace_batch(const std::vector<Pending*>& items, const char* p
   if (bytes > 0) args = {{"bytes", bytes}, {"tensors", items.size()}};
   const TensorSpec& lead = items.front()->req.spec;
   if (bytes > 0 && lead.op == OpType::kAllreduce) {
-    args["algorithm"] = comm::algorithm_name(comm::choose_allreduce(*comm, bytes,
-                                                                    comm::Algorithm::kAuto));
+    args["algorithm"] =
+        comm::algorithm_name(comm::choose_allreduce(*comm, bytes, comm::Algorithm::kAuto));
   }
   for (Pending* p : items) timeline.event(p->req.spec.name, phase, begin, end, args);
 }

@@ -192,10 +192,10 @@ void Engine::set_tunables(const Tunables& t) {
   TESSERA_CHECK(t.colors >= comm::kColors.lo && t.colors <= comm::kColors.hi,
                 "set_tunables: colors must be from ", comm::kColors.lo, " to ", comm::kColors.hi,
                 ", got ", t.colors);
-  TESSERA_CHECK(t.segment_bytes >= comm::kSegmentBytes.lo &&
-                    t.segment_bytes <= comm::kSegmentBytes.hi,
-                "set_tunables: segment bytes must be from ", comm::kSegmentBytes.lo, " to ",
-                comm::kSegmentBytes.hi, ", got ", t.segment_bytes);
+  TESSERA_CHECK(
+      t.segment_bytes >= comm::kSegmentBytes.lo && t.segment_bytes <= comm::kSegmentBytes.hi,
+      "set_tunables: segment bytes must be from ", comm::kSegmentBytes.lo, " to ",
+      comm::kSegmentBytes.hi, ", got ", t.segment_bytes);
   comm::parse_override(t.allreduce);
   std::vector<char> buf = encode_tunables(t);
   if (rank() != 0) std::fill(buf.begin(), buf.end(), '\0');

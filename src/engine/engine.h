@@ -132,7 +132,8 @@ class Engine {
   int add_process_set(std::vector<int> ranks);
 
   // Starts / stops the Chrome trace of this rank's engine (EngineOptions::timeline starts it on
-  // rank 0 at construction). tracing(): whether this rank writes one now. start throws InvalidArgument if the file cannot be written.
+  // rank 0 at construction). tracing(): whether this rank writes one now. start throws
+  // InvalidArgument if the file cannot be written.
   void start_timeline(const std::string& path);
   void stop_timeline();
   bool tracing() const;

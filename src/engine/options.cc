@@ -50,8 +50,8 @@ comm::Settings with_tunables(comm::Settings base, const Tunables& t) {
 }
 
 std::vector<SettingInfo> declared_settings() {
-  return {kCycleTime.info(),      kIdleBackoff.info(),       kFusionThreshold.info(),
-          kCacheCapacity.info(),  kStallCheckTime.info(),    kStallShutdownTime.info(),
+  return {kCycleTime.info(),     kIdleBackoff.info(),    kFusionThreshold.info(),
+          kCacheCapacity.info(), kStallCheckTime.info(), kStallShutdownTime.info(),
           kTimeline.info()};
 }
 

@@ -14,12 +14,20 @@ namespace tessera {
 namespace engine {
 
 inline constexpr NumberSetting kCycleTime{
-    "TESSERA_CYCLE_TIME", 1.0, "milliseconds", false, "a cycle as soon as work arrives",
+    "TESSERA_CYCLE_TIME",
+    1.0,
+    "milliseconds",
+    false,
+    "a cycle as soon as work arrives",
     "time between the engine's negotiation cycles; `0` starts a cycle as soon as work arrives "
     "(an idle engine still joins a cycle every millisecond, so that ranks with work are not kept "
     "waiting)"};
 inline constexpr NumberSetting kIdleBackoff{
-    "TESSERA_IDLE_BACKOFF", 8.0, "milliseconds", false, "",
+    "TESSERA_IDLE_BACKOFF",
+    8.0,
+    "milliseconds",
+    false,
+    "",
     "while the vote says every rank is idle, the wait between cycles doubles (from the cycle "
     "time) up to this, so an idle engine does not take the cores from the training threads; the "
     "first collective after a quiet spell waits at most this long. Values at or below the cycle "
@@ -32,11 +40,19 @@ inline constexpr IntSetting kCacheCapacity{
     "TESSERA_CACHE_CAPACITY", 1024, 0, 1 << 20,
     "entries of the engine's response cache (least recently used evicted); `0` turns it off"};
 inline constexpr NumberSetting kStallCheckTime{
-    "TESSERA_STALL_CHECK_TIME", 60.0, "seconds", true, "",
+    "TESSERA_STALL_CHECK_TIME",
+    60.0,
+    "seconds",
+    true,
+    "",
     "a tensor that waits longer than this for other ranks is reported with the ranks it waits on "
     "(a cached tensor falls back to the coordinator so the late ranks can be named)"};
 inline constexpr NumberSetting kStallShutdownTime{
-    "TESSERA_STALL_SHUTDOWN_TIME", 300.0, "seconds", false, "never, as Horovod's default",
+    "TESSERA_STALL_SHUTDOWN_TIME",
+    300.0,
+    "seconds",
+    false,
+    "never, as Horovod's default",
     "a stall longer than this fails every pending handle, on every rank, with the stall report "
     "(the tensor, the ranks that enqueued it and those that did not): ranks that enqueue "
     "different tensors end instead of waiting forever"};
@@ -50,7 +66,8 @@ inline constexpr TextSetting kTimeline{
 struct Tunables {
   double cycle_time_ms = kCycleTime.fallback;
   size_t fusion_threshold = kFusionThreshold.fallback;
-  bool cache_enabled = kCacheCapacity.fallback > 0;  // off: every tensor goes through the coordinator
+  bool cache_enabled =
+      kCacheCapacity.fallback > 0;  // off: every tensor goes through the coordinator
   std::string allreduce = comm::kAllreduce.fallback;  // TESSERA_ALLREDUCE's grammar
   int colors = static_cast<int>(comm::kColors.fallback);
   size_t segment_bytes = comm::kSegmentBytes.fallback;

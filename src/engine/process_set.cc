@@ -220,8 +220,7 @@ Engine::Impl::Vote Engine::Impl::vote(Clock::time_point now, bool want_shutdown)
 // cache bit, and the cache may change (evict, replace, erase) without a request voting for a
 // bit that now means another tensor. A request in the coordinator keeps asking for rounds
 // (state kSent) until it completes. Returns the shutdown reasons by rank.
-std::vector<std::pair<int, std::string>> Engine::Impl::coordinate(const Vote& v,
-                                                                  bool want_shutdown,
+std::vector<std::pair<int, std::string>> Engine::Impl::coordinate(const Vote& v, bool want_shutdown,
                                                                   const std::string& my_reason,
                                                                   std::vector<Ready>* ready) {
   std::vector<TensorSpec> mine;

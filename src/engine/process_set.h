@@ -64,8 +64,9 @@ struct Engine::Impl {
         opt(o),
         cache(o.tunables.cache_enabled ? o.cache_capacity : 0),
         coordinator(comm->size()),
-        idle_wait_ms(o.tunables.cycle_time_ms > 0 ? o.tunables.cycle_time_ms : 1.0),
-        current(o.tunables) {}
+        idle_wait_ms(o.tunables.cycle_time_ms > 0 ? o.tunables.cycle_time_ms : 1.0) {
+    current = o.tunables;
+  }
 
   // The engine's communicator: its settings carry the tuned algorithm, colors and segments.
   std::unique_ptr<comm::Communicator> comm;
@@ -105,8 +106,8 @@ struct Engine::Impl {
   bool cycle();
   Vote vote(Clock::time_point now, bool want_shutdown);
   std::vector<std::pair<int, std::string>> coordinate(const Vote& v, bool want_shutdown,
-                                                       const std::string& my_reason,
-                                                       std::vector<Ready>* ready);
+                                                      const std::string& my_reason,
+                                                      std::vector<Ready>* ready);
   void take_decisions(std::vector<Ready>* ready);
   // A joined rank's request for `spec`: the identity as input (without buffers for a decision
   // that failed), no handle.
@@ -122,8 +123,8 @@ struct Engine::Impl {
   void run_batch(const std::vector<Pending*>& items);
   void run_allreduce(const std::vector<Pending*>& items);
   void run_allgather(Pending& p);
-  void trace_batch(const std::vector<Pending*>& items, const char* phase,
-                   Clock::time_point begin, size_t bytes);
+  void trace_batch(const std::vector<Pending*>& items, const char* phase, Clock::time_point begin,
+                   size_t bytes);
   void complete(const std::vector<Pending*>& items, std::exception_ptr e);
   void fail_all(std::exception_ptr e);
   // Switches opt and the communicator to `t` (engine thread, at the agreed point).

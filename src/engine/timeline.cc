@@ -57,13 +57,8 @@ void Timeline::event(const std::string& tensor, const std::string& name, Clock::
   const int row = row_of(tensor);
   const double ts = std::chrono::duration<double, std::micro>(begin - origin_).count();
   const double dur = std::chrono::duration<double, std::micro>(end - begin).count();
-  nlohmann::json e = {{"ph", "X"},
-                      {"name", name},
-                      {"pid", 0},
-                      {"tid", row},
-                      {"ts", ts},
-                      {"dur", dur},
-                      {"args", args}};
+  nlohmann::json e = {{"ph", "X"}, {"name", name}, {"pid", 0},    {"tid", row},
+                      {"ts", ts},  {"dur", dur},   {"args", args}};
   buffer_ += (first_ ? "\n" : ",\n") + e.dump();
   first_ = false;
   if (buffer_.size() > (64u << 10)) write("");

@@ -14,8 +14,8 @@
 #include <sstream>
 #include <thread>
 
-#include "common/activity.h"
 #include "comm/communicator.h"
+#include "common/activity.h"
 #include "common/logging.h"
 
 namespace tessera {
@@ -207,8 +207,8 @@ class Monitor {
 
   // The watched peer: a beat or goodbye resets the clock; silence past the timeout ends the job.
   void watch(Clock::time_point now) {
-    for (HeartbeatChannel::Heard h; watching_ && (h = channel_.poll_beat()) !=
-                                                     HeartbeatChannel::Heard::kNothing;) {
+    for (HeartbeatChannel::Heard h;
+         watching_ && (h = channel_.poll_beat()) != HeartbeatChannel::Heard::kNothing;) {
       last_heard_ = now;
       if (h == HeartbeatChannel::Heard::kGoodbye) watching_ = false;  // it finished normally
     }

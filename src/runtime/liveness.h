@@ -29,7 +29,11 @@ namespace runtime {
 using comm::PeerInfo;
 
 inline constexpr NumberSetting kHeartbeatTimeout{
-    "TESSERA_HEARTBEAT_TIMEOUT", 10.0, "seconds", false, "no monitor",
+    "TESSERA_HEARTBEAT_TIMEOUT",
+    10.0,
+    "seconds",
+    false,
+    "no monitor",
     "a rank whose ring neighbour hears no heartbeat from it this long is taken for dead (killed, "
     "hung, or cut off): every rank ends with exit status 75, naming it and what it had in flight "
     "(`docs/reliability.md`)"};

@@ -6,13 +6,13 @@
 #include <mutex>
 
 #include "common/error.h"
-#include "common/settings.h"
-#include "tune/config_file.h"
-#include "tune/settings.h"
 #include "common/logging.h"
+#include "common/settings.h"
 #include "runtime/liveness.h"
 #include "tessera/torch.h"
 #include "torch/memory_policy.h"
+#include "tune/config_file.h"
+#include "tune/settings.h"
 
 namespace tessera {
 namespace detail {
@@ -67,8 +67,8 @@ void init(const InitOptions& options) {
   ctx->settings = comm::init(nullptr, nullptr, resolve_init_options(options));
   const SettingValues& agreed = ctx->settings;
   runtime::start_liveness(agreed);
-  const std::string policy = detail::apply_malloc_policy(
-      detail::parse_malloc_policy(detail::kMallocPolicy.get(agreed)));
+  const std::string policy =
+      detail::apply_malloc_policy(detail::parse_malloc_policy(detail::kMallocPolicy.get(agreed)));
   ctx->world = comm::Communicator::world();
   ctx->engine = std::make_unique<engine::Engine>(*ctx->world, engine::options_from(agreed));
   if (tune::autotune_requested(agreed)) {

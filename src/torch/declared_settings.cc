@@ -13,9 +13,9 @@ namespace tessera {
 
 std::vector<SettingInfo> declared_settings() {
   std::vector<SettingInfo> all = {kLogLevel.info(), runtime::kHeartbeatTimeout.info()};
-  for (auto layer : {comm::declared_settings(), engine::declared_settings(),
-                     std::vector<SettingInfo>{detail::kMallocPolicy.info()},
-                     tune::declared_settings()}) {
+  for (auto layer :
+       {comm::declared_settings(), engine::declared_settings(),
+        std::vector<SettingInfo>{detail::kMallocPolicy.info()}, tune::declared_settings()}) {
     all.insert(all.end(), layer.begin(), layer.end());
   }
   return all;

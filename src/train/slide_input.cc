@@ -7,12 +7,12 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "tessera/torch.h"
 #include "data/augment.h"
 #include "data/sampler.h"
 #include "data/shape.h"
 #include "data/shard_store.h"
 #include "data/slide.h"
+#include "tessera/torch.h"
 #include "train/on_root.h"
 
 namespace tessera {

@@ -307,10 +307,12 @@ void Run::log_interval(int64_t step, double lr) {
   result_.final_loss = l.item<double>();
   result_.images_per_second = ips;
   const double waited = path_->input().waited_seconds();
-  const double wait_ms = (waited - interval_wait_start_) * 1e3 / static_cast<double>(interval_steps_);
+  const double wait_ms =
+      (waited - interval_wait_start_) * 1e3 / static_cast<double>(interval_steps_);
   interval_wait_start_ = waited;
   if (talk_) {
-    const double eta = secs / static_cast<double>(interval_steps_) * static_cast<double>(total_ - done);
+    const double eta =
+        secs / static_cast<double>(interval_steps_) * static_cast<double>(total_ - done);
     std::printf(
         "step %lld/%lld  epoch %lld  loss %.4f  lr %.5f  %.1f img/s  data wait %.1f ms/step  "
         "ETA %s\n",
@@ -320,9 +322,12 @@ void Run::log_interval(int64_t step, double lr) {
     std::fflush(stdout);
   }
   if (metrics_.is_open()) {
-    metrics_ << nlohmann::json{{"type", "train"},       {"step", done},
-                               {"epoch", step / per_epoch_}, {"loss", result_.final_loss},
-                               {"lr", lr},              {"img_per_s", ips},
+    metrics_ << nlohmann::json{{"type", "train"},
+                               {"step", done},
+                               {"epoch", step / per_epoch_},
+                               {"loss", result_.final_loss},
+                               {"lr", lr},
+                               {"img_per_s", ips},
                                {"data_wait_ms", wait_ms}}
                     .dump()
              << "\n"

@@ -191,7 +191,8 @@ Tunables Autotuner::propose() {
   std::vector<double> ys;
   std::vector<Tunables> seen;
   for (const Trial& t : trials_) {
-    if (t.config.allreduce != base.allreduce || t.config.cache_enabled != base.cache_enabled) continue;
+    if (t.config.allreduce != base.allreduce || t.config.cache_enabled != base.cache_enabled)
+      continue;
     xs.push_back(to_unit(space_, dims_, t.config));
     ys.push_back(t.score);
     seen.push_back(t.config);

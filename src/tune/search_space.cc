@@ -113,8 +113,8 @@ SearchSpace parse_bounds(const std::string& text) {
 
 comm::Algorithm algorithm_of(const Tunables& t) {
   const std::vector<comm::SizeRange> ranges = comm::parse_override(t.allreduce);
-  const bool one = ranges.size() == 1 && ranges[0].lo == 0 &&
-                   ranges[0].hi == std::numeric_limits<size_t>::max();
+  const bool one =
+      ranges.size() == 1 && ranges[0].lo == 0 && ranges[0].hi == std::numeric_limits<size_t>::max();
   return one ? ranges[0].algorithm : comm::Algorithm::kAuto;
 }
 
@@ -135,8 +135,7 @@ Fixed Fixed::from(const SettingValues& given) {
   return f;
 }
 
-std::vector<std::pair<std::string, std::string>> setting_values(const Tunables& t,
-                                                                const Fixed& f) {
+std::vector<std::pair<std::string, std::string>> setting_values(const Tunables& t, const Fixed& f) {
   std::vector<std::pair<std::string, std::string>> out;
   // The text itself, so the file gives back exactly `t` ("" is auto).
   if (!f.algorithm) out.emplace_back(comm::kAllreduce.name, t.allreduce);
@@ -160,9 +159,9 @@ std::vector<std::pair<std::string, std::string>> setting_values(const Tunables& 
 std::string describe(const Tunables& c) {
   std::ostringstream os;
   os << "algorithm=" << (c.allreduce.empty() ? "auto" : c.allreduce)
-     << " cache=" << (c.cache_enabled ? "on" : "off")
-     << " fusion_threshold=" << c.fusion_threshold << " cycle_time_ms=" << c.cycle_time_ms
-     << " segment_bytes=" << c.segment_bytes << " colors=" << c.colors;
+     << " cache=" << (c.cache_enabled ? "on" : "off") << " fusion_threshold=" << c.fusion_threshold
+     << " cycle_time_ms=" << c.cycle_time_ms << " segment_bytes=" << c.segment_bytes
+     << " colors=" << c.colors;
   return os.str();
 }
 
@@ -254,8 +253,8 @@ std::vector<double> to_unit(const SearchSpace& s, const std::vector<Dim>& dims, 
   return u;
 }
 
-Tunables from_unit(const SearchSpace& s, const std::vector<Dim>& dims,
-                   const std::vector<double>& u, Tunables c) {
+Tunables from_unit(const SearchSpace& s, const std::vector<Dim>& dims, const std::vector<double>& u,
+                   Tunables c) {
   TESSERA_CHECK(u.size() == dims.size(), "from_unit: ", u.size(), " coordinates for ", dims.size(),
                 " dimensions");
   for (size_t i = 0; i < dims.size(); ++i) {

@@ -72,8 +72,8 @@ const char* dim_name(Dim d);
 std::vector<Dim> continuous_dims(const SearchSpace& s, const Fixed& fixed, comm::Algorithm a);
 std::vector<double> to_unit(const SearchSpace& s, const std::vector<Dim>& dims, const Tunables& c);
 // Rounds to what the knobs hold: whole KiB for byte sizes, whole colors, 0.01 ms.
-Tunables from_unit(const SearchSpace& s, const std::vector<Dim>& dims,
-                   const std::vector<double>& u, Tunables base);
+Tunables from_unit(const SearchSpace& s, const std::vector<Dim>& dims, const std::vector<double>& u,
+                   Tunables base);
 
 }  // namespace tune
 }  // namespace tessera

@@ -29,14 +29,15 @@ inline constexpr IntSetting kAutotuneStepsPerSample{
     "training steps per sample of the score (bytes allreduced per second of wall time, the "
     "slowest rank's)"};
 inline constexpr IntSetting kAutotuneSamples{
-    "TESSERA_AUTOTUNE_SAMPLES", 3, 1, 1000,
-    "samples per configuration; its score is their median"};
+    "TESSERA_AUTOTUNE_SAMPLES", 3, 1, 1000, "samples per configuration; its score is their median"};
 inline constexpr IntSetting kAutotuneBayesTrials{
     "TESSERA_AUTOTUNE_BAYES_TRIALS", 10, 0, 1000,
     "configurations of the continuous settings proposed by Bayesian optimisation after the "
     "discrete search"};
 inline constexpr TextSetting kAutotuneBounds{
-    "TESSERA_AUTOTUNE_BOUNDS", "", "defaults",
+    "TESSERA_AUTOTUNE_BOUNDS",
+    "",
+    "defaults",
     "`name=LO-HI` or `name=a,b,...` clauses separated by `;`: `fusion_threshold`, "
     "`segment_bytes` (byte sizes), `cycle_time_ms` (numbers), `colors` (integers), `algorithm` "
     "(`auto ring rhd dbtree multicolor hierarchical mpi`), `cache` (`on`, `off`)",

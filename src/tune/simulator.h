@@ -37,7 +37,6 @@ Workload workload_from_sizes(const std::string& name, const std::vector<double>&
                              double compute_s, double images_per_step,
                              double forward_fraction = 1.0 / 3);
 
-
 struct StepResult {
   int gpus = 1;
   double step_s = 0;

@@ -28,8 +28,7 @@ SearchSpace usable_space(const SettingValues& values, const comm::Communicator& 
   return s;
 }
 
-StepTuner::StepTuner(engine::Engine& engine, comm::Communicator& world,
-                     const SettingValues& values)
+StepTuner::StepTuner(engine::Engine& engine, comm::Communicator& world, const SettingValues& values)
     : engine_(engine),
       world_(world),
       config_path_(kAutotuneConfig.get(values)),

@@ -8,13 +8,13 @@
 #include <map>
 #include <string>
 
-#include "runtime/liveness.h"
 #include "comm/selector.h"
 #include "comm/settings.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/settings.h"
 #include "engine/options.h"
+#include "runtime/liveness.h"
 #include "tune/autotuner.h"
 #include "tune/search_space.h"
 #include "tune/settings.h"
@@ -32,10 +32,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     at = end + 1;
   }
   std::vector<tessera::SettingInfo> known = {tessera::kLogLevel.info(),
-                                              tessera::runtime::kHeartbeatTimeout.info()};
-  for (const auto& layer : {tessera::comm::declared_settings(),
-                            tessera::engine::declared_settings(),
-                            tessera::tune::declared_settings()}) {
+                                             tessera::runtime::kHeartbeatTimeout.info()};
+  for (const auto& layer :
+       {tessera::comm::declared_settings(), tessera::engine::declared_settings(),
+        tessera::tune::declared_settings()}) {
     known.insert(known.end(), layer.begin(), layer.end());
   }
   tessera::SettingSources sources;

@@ -190,7 +190,8 @@ TEST_F(AllreduceTest, Hierarchical) {
 // namespaces with their own names, and TESSERA_TEST_EXPECT_NODES says how many there must be,
 // so a launcher that put every rank on one host cannot pass unnoticed.
 TEST_F(AllreduceTest, NodeSplitFollowsTheHosts) {
-  if (world_->settings().ranks_per_node > 0) GTEST_SKIP() << "pretend nodes (TESSERA_RANKS_PER_NODE)";
+  if (world_->settings().ranks_per_node > 0)
+    GTEST_SKIP() << "pretend nodes (TESSERA_RANKS_PER_NODE)";
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
   std::vector<char> all(256 * static_cast<size_t>(world_->size()));

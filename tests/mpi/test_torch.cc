@@ -9,8 +9,8 @@
 #include <fstream>
 #include <thread>
 
-#include "common/error.h"
 #include "comm/communicator.h"
+#include "common/error.h"
 #include "engine/engine.h"
 #include "mpi/torch_test_util.h"
 #include "tessera/torch.h"
@@ -600,9 +600,9 @@ TEST_F(TorchTest, InitOptionsExplicitBeatsEnvironmentBeatsConfigFile) {
   ::unsetenv("TESSERA_IDLE_BACKOFF");
   EXPECT_EQ(mine.error, "");
   const engine::EngineOptions e = engine::options_from(mine.values);
-  EXPECT_EQ(e.tunables.fusion_threshold, size_t{2} << 20);  // explicit over the file
-  EXPECT_EQ(e.idle_backoff_ms, 20.0);                       // environment over the file
-  EXPECT_EQ(e.tunables.cycle_time_ms, 3.0);                 // the file over the default
+  EXPECT_EQ(e.tunables.fusion_threshold, size_t{2} << 20);       // explicit over the file
+  EXPECT_EQ(e.idle_backoff_ms, 20.0);                            // environment over the file
+  EXPECT_EQ(e.tunables.cycle_time_ms, 3.0);                      // the file over the default
   EXPECT_EQ(e.stall_check_s, engine::kStallCheckTime.fallback);  // nobody: the default
   o.read_environment = false;
   EXPECT_EQ(engine::options_from(resolve_init_options(o).values).idle_backoff_ms, 30.0);

@@ -3,9 +3,9 @@
 
 #include <set>
 
-#include "runtime/liveness.h"
 #include "common/activity.h"
 #include "common/agreement.h"
+#include "runtime/liveness.h"
 
 namespace tessera {
 namespace runtime {

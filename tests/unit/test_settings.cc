@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "runtime/liveness.h"
 #include "comm/settings.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/settings.h"
 #include "engine/options.h"
+#include "runtime/liveness.h"
 #include "tune/autotuner.h"
 #include "tune/settings.h"
 
@@ -69,7 +69,7 @@ TEST(Settings, DefaultsWhenUnset) {
 }
 
 TEST(Settings, EachLayerParsesItsOwn) {
-  const SettingValues v = {{"TESSERA_RANKS_PER_NODE", "2"},   {"TESSERA_COLORS", "3"},
+  const SettingValues v = {{"TESSERA_RANKS_PER_NODE", "2"},    {"TESSERA_COLORS", "3"},
                            {"TESSERA_SEGMENT_BYTES", "64KiB"}, {"TESSERA_SHM_BYTES", "4M"},
                            {"TESSERA_TIMEOUT", "2.5"},         {"TESSERA_ALLREDUCE", "ring"},
                            {"TESSERA_CYCLE_TIME", "0"},        {"TESSERA_CACHE_CAPACITY", "0"},
@@ -157,6 +157,8 @@ TEST(Settings, UnknownNamesNameTheNearestKnownOne) {
   const std::vector<SettingInfo> known = every_torch_free_setting();
   EXPECT_EQ(nearest_name("TESSERA_FUSION_TRESHOLD", known), "TESSERA_FUSION_THRESHOLD");
   EXPECT_EQ(nearest_name("TESSERA_COLOURS", known), "TESSERA_COLORS");
+  EXPECT_EQ(nearest_name("TESSERA_FUSION", known), "TESSERA_FUSION_THRESHOLD");  // cut short
+  EXPECT_EQ(nearest_name("TESSERA_AUTOTUNE_STEPS", known), "TESSERA_AUTOTUNE_STEPS_PER_SAMPLE");
   SettingSources explicit_typo;
   explicit_typo.explicit_values["TESSERA_FUSION_TRESHOLD"] = "1M";
   ResolvedSettings r = resolve_settings(explicit_typo, known);
@@ -167,8 +169,9 @@ TEST(Settings, UnknownNamesNameTheNearestKnownOne) {
   SettingSources config_typo;
   config_typo.config_file["TESSERA_CYCLE_TIMES"] = "2";
   r = resolve_settings(config_typo, known);
-  EXPECT_TRUE(contains(r.error, "unknown config file key TESSERA_CYCLE_TIMES (did you mean "
-                                "TESSERA_CYCLE_TIME?)"))
+  EXPECT_TRUE(contains(r.error,
+                       "unknown config file key TESSERA_CYCLE_TIMES (did you mean "
+                       "TESSERA_CYCLE_TIME?)"))
       << r.error;
   // The environment is shared with launch scripts: a warning, and the name is dropped.
   SettingSources env;
@@ -192,11 +195,13 @@ TEST(Settings, DisagreementNamesTheSettingAndTheRanks) {
       {{"TESSERA_COLORS", "3"}, {"TESSERA_CYCLE_TIME", "1"}},
       {{"TESSERA_COLORS", "2"}, {"TESSERA_CYCLE_TIME", "1"}}};
   const std::string why = settings_disagreement(differ);
-  EXPECT_TRUE(contains(why, "TESSERA_COLORS differs between ranks ('2' on ranks 0, 1, 3; '3' "
-                            "on rank 2)"))
+  EXPECT_TRUE(contains(why,
+                       "TESSERA_COLORS differs between ranks ('2' on ranks 0, 1, 3; '3' "
+                       "on rank 2)"))
       << why;
-  EXPECT_TRUE(contains(why, "TESSERA_CYCLE_TIME differs between ranks ('1' on ranks 0, 2, 3; "
-                            "unset on rank 1)"))
+  EXPECT_TRUE(contains(why,
+                       "TESSERA_CYCLE_TIME differs between ranks ('1' on ranks 0, 2, 3; "
+                       "unset on rank 1)"))
       << why;
 }
 
