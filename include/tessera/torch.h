@@ -82,6 +82,11 @@ int size();
 // Rank within this node, and ranks on this node.
 int local_rank();
 int local_size();
+// Horovod's cross rank and size: this rank among the ranks with its local rank (one per node),
+// and their number; is_homogeneous(): every node runs the same number of ranks.
+int cross_rank();
+int cross_size();
+bool is_homogeneous();
 // The engine behind every call (for process sets, the timeline, stats). Throws if not init().
 engine::Engine& global_engine();
 // The settings every rank agreed on at init, by name (empty before init: every setting at its
@@ -113,6 +118,8 @@ class TensorHandle {
   TensorHandle() = default;
   // Non-blocking. Never throws.
   bool poll() const { return handle_.poll(); }
+  // Blocks up to `seconds`; true once done (then synchronize() returns at once). Never throws.
+  bool wait_for(double seconds) const { return handle_.wait_for(seconds); }
   const std::string& name() const { return handle_.name(); }
 
  private:
@@ -170,12 +177,25 @@ torch::Tensor broadcast(const torch::Tensor& tensor, int root, const std::string
                         int process_set = 0);
 torch::Tensor& broadcast_(torch::Tensor& tensor, int root, const std::string& name = "",
                           int process_set = 0);
+// In place, asynchronous: synchronize() leaves root's values in `tensor`.
+TensorHandle broadcast_async_(torch::Tensor& tensor, int root, const std::string& name = "",
+                              int process_set = 0);
 // Dimension 0 (divisible by the number of ranks) is cut into size() blocks; block j goes to
 // rank j, and the result holds the blocks received, in rank order.
 TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name = "",
                             int process_set = 0);
 torch::Tensor alltoall(const torch::Tensor& tensor, const std::string& name = "",
                        int process_set = 0);
+
+// Dimension 0 (divisible by the number of ranks) is cut into size() blocks; rank j receives
+// block j reduced over the ranks (sum, average, min, max, product).
+TensorHandle reducescatter_async(const torch::Tensor& tensor, const std::string& name = "",
+                                 ReduceOp op = ReduceOp::kAverage, int process_set = 0);
+// The same for several tensors as one group (names `name`.0, .1, ...).
+std::vector<TensorHandle> grouped_reducescatter_async(const std::vector<torch::Tensor>& tensors,
+                                                      const std::string& name = "",
+                                                      ReduceOp op = ReduceOp::kAverage,
+                                                      int process_set = 0);
 
 // Root's bytes on every rank (any length; the others pass anything, e.g. ""). Collective.
 std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name);
@@ -184,8 +204,9 @@ std::string broadcast_bytes(const std::string& bytes, int root, const std::strin
 // Meanwhile it takes part in the other ranks' allreduces (DistributedOptimizer's gradients)
 // with zeros (the identity of the operation), and averages divide by the ranks still
 // training, so the finished ranks neither hang the others nor dilute their gradients. Any
-// other collective while a rank has joined is an error on every rank that names it.
-void join(int process_set = 0);
+// other collective while a rank has joined is an error on every rank that names it. Returns the
+// rank (in the set) whose join came last, the highest of those that came in the same cycle.
+int join(int process_set = 0);
 
 // Every parameter and buffer of `module` (by its name) takes root's value. Collective.
 void broadcast_parameters(torch::nn::Module& module, int root);

@@ -59,6 +59,10 @@ MPI_Datatype mpi_datatype(DataType dtype) {
       return MPI_INT64_T;
     case DataType::kUInt8:
       return MPI_UINT8_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kInt16:
+      return MPI_INT16_T;
   }
   return MPI_DATATYPE_NULL;
 }

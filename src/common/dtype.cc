@@ -24,7 +24,10 @@ size_t dtype_size(DataType dtype) {
     case DataType::kInt64:
       return 8;
     case DataType::kUInt8:
+    case DataType::kInt8:
       return 1;
+    case DataType::kInt16:
+      return 2;
   }
   TESSERA_ASSERT(false, "unknown DataType ", static_cast<int>(dtype));
 }
@@ -45,6 +48,10 @@ const char* dtype_name(DataType dtype) {
       return "i64";
     case DataType::kUInt8:
       return "u8";
+    case DataType::kInt8:
+      return "i8";
+    case DataType::kInt16:
+      return "i16";
   }
   return "?";
 }
@@ -57,7 +64,10 @@ DataType parse_dtype(const std::string& name) {
   if (name == "i32" || name == "int32") return DataType::kInt32;
   if (name == "i64" || name == "int64") return DataType::kInt64;
   if (name == "u8" || name == "uint8") return DataType::kUInt8;
-  throw InvalidArgument("unknown dtype '" + name + "'; accepted: f32 f64 f16 bf16 i32 i64 u8");
+  if (name == "i8" || name == "int8") return DataType::kInt8;
+  if (name == "i16" || name == "int16") return DataType::kInt16;
+  throw InvalidArgument("unknown dtype '" + name +
+                        "'; accepted: f32 f64 f16 bf16 i32 i64 u8 i8 i16");
 }
 
 bool is_floating(DataType dtype) {
@@ -106,7 +116,7 @@ void check_op_supported(DataType dtype, ReduceOp op) {
   if ((op == ReduceOp::kBitAnd || op == ReduceOp::kBitOr) && is_floating(dtype)) {
     throw InvalidArgument(std::string(reduce_op_name(op)) +
                           " is bitwise and not defined on floating dtype " + dtype_name(dtype) +
-                          ": use an integer dtype (i32 i64 u8)");
+                          ": use an integer dtype (i32 i64 u8 i8 i16)");
   }
 }
 
@@ -163,6 +173,10 @@ double load_as_double(DataType dtype, const void* base, size_t i) {
       return static_cast<double>(static_cast<const int64_t*>(base)[i]);
     case DataType::kUInt8:
       return static_cast<const uint8_t*>(base)[i];
+    case DataType::kInt8:
+      return static_cast<const int8_t*>(base)[i];
+    case DataType::kInt16:
+      return static_cast<const int16_t*>(base)[i];
   }
   return 0;
 }
@@ -191,6 +205,12 @@ void store_from_double(DataType dtype, void* base, size_t i, double v) {
       return;
     case DataType::kUInt8:
       static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(wrapped);
+      return;
+    case DataType::kInt8:
+      static_cast<int8_t*>(base)[i] = static_cast<int8_t>(static_cast<uint8_t>(wrapped));
+      return;
+    case DataType::kInt16:
+      static_cast<int16_t*>(base)[i] = static_cast<int16_t>(static_cast<uint16_t>(wrapped));
       return;
   }
 }

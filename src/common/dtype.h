@@ -7,16 +7,20 @@
 
 namespace tessera {
 
-enum class DataType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8 };
+// New types go at the end: the engine's wire format carries the enum's value.
+enum class DataType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kInt8, kInt16 };
+// The largest value (what a decoder of the wire format accepts).
+constexpr DataType kLastDataType = DataType::kInt16;
 
 // kBitAnd and kBitOr are bitwise, on integer dtypes only (the engine's cache vote is one).
 enum class ReduceOp { kSum, kAverage, kMin, kMax, kProduct, kBitAnd, kBitOr };
 
 // Bytes per element.
 size_t dtype_size(DataType dtype);
-// Lower-case names as on the CLI: f32 f64 f16 bf16 i32 i64 u8.
+// Lower-case names as on the CLI: f32 f64 f16 bf16 i32 i64 u8 i8 i16.
 const char* dtype_name(DataType dtype);
-// Parses a CLI name (also accepts float, double, half, bfloat16, int32, int64, uint8).
+// Parses a CLI name (also accepts float, double, half, bfloat16, int32, int64, uint8, int8,
+// int16).
 // Throws InvalidArgument listing the accepted names.
 DataType parse_dtype(const std::string& name);
 bool is_floating(DataType dtype);

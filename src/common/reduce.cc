@@ -138,6 +138,10 @@ void fill_identity(DataType dtype, ReduceOp op, void* out, size_t count) {
       return fill_typed<int64_t>(op, out, count);
     case DataType::kUInt8:
       return fill_typed<uint8_t>(op, out, count);
+    case DataType::kInt8:
+      return fill_typed<int8_t>(op, out, count);
+    case DataType::kInt16:
+      return fill_typed<int16_t>(op, out, count);
   }
 }
 

@@ -122,6 +122,10 @@ void dispatch_integer(DataType dtype, const void* a, const void* b, void* out, s
       return binary<int64_t, Op>(a, b, out, count);
     case DataType::kUInt8:
       return binary<uint8_t, Op>(a, b, out, count);
+    case DataType::kInt8:
+      return binary<int8_t, Op>(a, b, out, count);
+    case DataType::kInt16:
+      return binary<int16_t, Op>(a, b, out, count);
     default:
       return;
   }

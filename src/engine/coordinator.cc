@@ -12,6 +12,16 @@ std::string join_ranks(const std::vector<int>& ranks) { return rank_list(ranks);
 
 }  // namespace
 
+int last_to_arrive(const std::vector<uint64_t>& cycle_by_rank) {
+  int last = -1;
+  for (size_t r = 0; r < cycle_by_rank.size(); ++r) {
+    if (last < 0 || cycle_by_rank[r] >= cycle_by_rank[static_cast<size_t>(last)]) {
+      last = static_cast<int>(r);
+    }
+  }
+  return last;
+}
+
 void Coordinator::add(int rank, TensorSpec spec, uint64_t cycle, Clock::time_point now) {
   TESSERA_ASSERT(rank >= 0 && rank < ranks_, "rank ", rank, " out of range");
   auto it = entries_.find(spec.name);

@@ -16,6 +16,10 @@
 namespace tessera {
 namespace engine {
 
+// The rank whose request arrived in the latest cycle, the highest such rank on a tie: join()'s
+// "last rank to join", the same on every rank since every rank holds the same table.
+int last_to_arrive(const std::vector<uint64_t>& cycle_by_rank);
+
 class Coordinator {
  public:
   using Clock = std::chrono::steady_clock;

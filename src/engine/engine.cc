@@ -25,6 +25,7 @@ Engine::Engine(comm::Communicator& c, const EngineOptions& options)
   TESSERA_CHECK(options.tunables.cycle_time_ms >= 0, "cycle time must be >= 0 ms, got ",
                 options.tunables.cycle_time_ms);
   sets_.push_back(std::make_unique<Impl>(c, options));
+  removed_.push_back(false);
   if (!options.timeline.empty() && sets_[0]->comm->rank() == 0) {
     sets_[0]->timeline.start(options.timeline);
   }
@@ -65,9 +66,36 @@ Engine::Impl& Engine::set_for(int id) const {
   std::lock_guard<std::mutex> lock(sets_mu_);
   TESSERA_CHECK(id >= 0 && static_cast<size_t>(id) < sets_.size(), "process set ", id,
                 " does not exist; add it with add_process_set (set 0 is every rank)");
+  TESSERA_CHECK(!removed_[static_cast<size_t>(id)], "process set ", id,
+                " was removed (remove_process_set)");
   TESSERA_CHECK(sets_[static_cast<size_t>(id)] != nullptr, "rank ", base_->rank(),
                 " is not a member of process set ", id);
   return *sets_[static_cast<size_t>(id)];
+}
+
+int Engine::process_set_rank(int id) const { return set_for(id).comm->rank(); }
+int Engine::process_set_size(int id) const { return set_for(id).comm->size(); }
+
+bool Engine::in_process_set(int id) const {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  const size_t i = static_cast<size_t>(id);
+  return id >= 0 && i < sets_.size() && !removed_[i] && sets_[i] != nullptr;
+}
+
+void Engine::remove_process_set(int id) {
+  TESSERA_CHECK(id != 0, "process set 0 (every rank) cannot be removed");
+  std::unique_ptr<Impl> set;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    const size_t i = static_cast<size_t>(id);
+    TESSERA_CHECK(id > 0 && i < sets_.size() && !removed_[i], "process set ", id,
+                  " does not exist or was removed already");
+    set = std::move(sets_[i]);
+    removed_[i] = true;
+  }
+  if (!set) return;  // this rank was no member
+  set->request_shutdown("process set " + std::to_string(id) + " was removed");
+  if (set->thread.joinable()) set->thread.join();
 }
 
 int Engine::add_process_set(std::vector<int> ranks) {
@@ -95,6 +123,7 @@ int Engine::add_process_set(std::vector<int> ranks) {
   std::unique_ptr<comm::Communicator> sub = base_->split(member ? 0 : -1, base_->rank());
   std::lock_guard<std::mutex> lock(sets_mu_);
   const int id = static_cast<int>(sets_.size());
+  removed_.push_back(false);
   if (member) {
     auto impl = std::make_unique<Impl>(*sub, options_);
     impl->set_id = id;

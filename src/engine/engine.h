@@ -130,6 +130,16 @@ class Engine {
   // ranks of the engine, called with the same list in the same order everywhere (checked);
   // returns the set's id for Request::spec.process_set. Set 0 is every rank.
   int add_process_set(std::vector<int> ranks);
+  // Stops set `id` (every member calls it; its collectives still in flight fail naming the
+  // removal) and frees its communicator and thread. Later use of the id is an error that says
+  // it was removed. Set 0 cannot be removed.
+  void remove_process_set(int id);
+  // This rank's rank within set `id`, and the set's size. Throw InvalidArgument when the set
+  // does not exist, was removed, or does not include this rank.
+  int process_set_rank(int id) const;
+  int process_set_size(int id) const;
+  // Whether this rank belongs to set `id` (false for a removed or unknown id).
+  bool in_process_set(int id) const;
 
   // Starts / stops the Chrome trace of this rank's engine (EngineOptions::timeline starts it on
   // rank 0 at construction). tracing(): whether this rank writes one now. start throws
@@ -154,6 +164,7 @@ class Engine {
   std::unique_ptr<comm::Communicator> base_;  // the user thread's, for creating sets
   mutable std::mutex sets_mu_;
   std::vector<std::unique_ptr<Impl>> sets_;  // by id; nullptr where this rank is no member
+  std::vector<bool> removed_;                // by id: remove_process_set was called
   uint64_t tunables_calls_ = 0;              // names each set_tunables broadcast
   int activity_id_ = -1;                     // the reporter of in-flight work (common/activity.h)
 

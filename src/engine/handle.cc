@@ -22,6 +22,13 @@ bool Handle::poll() const {
   return state_->done;
 }
 
+bool Handle::wait_for(double seconds) const {
+  if (!state_) return true;
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  return state_->done_cv.wait_for(lock, std::chrono::duration<double>(seconds),
+                                  [&] { return state_->done; });
+}
+
 void Handle::wait(double timeout_s) const {
   TESSERA_CHECK(state_ != nullptr, "wait() on an empty Handle");
   std::unique_lock<std::mutex> lock(state_->mutex);

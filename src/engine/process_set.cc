@@ -267,7 +267,9 @@ Engine::Impl::Pending Engine::Impl::stand_in(const TensorSpec& spec, bool with_b
 void Engine::Impl::take_decisions(std::vector<Ready>* ready) {
   for (Coordinator::Decision& d : coordinator.take_complete()) {
     const ResponseCache::Lookup l = cache.lookup(d.spec);
-    if (d.error.empty()) {
+    // A join is never cached: each join must reach the coordinator, which marks the joined rank.
+    const bool is_join = d.spec.op == OpType::kJoin;
+    if (d.error.empty() && !is_join) {
       if (l.state != ResponseCache::State::kHit) cache.put(d.spec);
     } else if (l.bit >= 0) {
       cache.erase(l.bit);
@@ -277,6 +279,7 @@ void Engine::Impl::take_decisions(std::vector<Ready>* ready) {
     if (joined_here) pending.emplace(d.name, stand_in(d.spec, d.error.empty()));
     Pending& p = pending.at(d.name);  // complete: this rank sent it too, or joined
     p.contributors = comm->size() - static_cast<int>(d.joined.size());
+    if (is_join && p.handle) p.handle->last_joined = last_to_arrive(d.cycle_by_rank);
     if (timeline.active()) {
       p.negotiate_args = {{"path", "coordinator"},
                           {"bytes", p.req.spec.bytes()},

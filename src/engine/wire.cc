@@ -108,7 +108,7 @@ std::vector<TensorSpec> decode_specs(const char* data, size_t size) {
     TensorSpec s;
     s.name = r.get_string("name", kMaxNameBytes);
     s.op = get_enum<OpType>(r, "op", static_cast<int>(OpType::kJoin));
-    s.dtype = get_enum<DataType>(r, "dtype", static_cast<int>(DataType::kUInt8));
+    s.dtype = get_enum<DataType>(r, "dtype", static_cast<int>(kLastDataType));
     s.reduce_op = get_enum<ReduceOp>(r, "reduce op", static_cast<int>(ReduceOp::kBitOr));
     const uint32_t dims = r.get<uint32_t>("rank of shape");
     if (dims > kMaxDims) r.fail("rank of shape", std::to_string(dims) + " dimensions");

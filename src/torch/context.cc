@@ -110,6 +110,15 @@ int rank() { return detail::context().world->rank(); }
 int size() { return detail::context().world->size(); }
 int local_rank() { return detail::context().world->local_rank(); }
 int local_size() { return detail::context().world->local_size(); }
+int cross_rank() {
+  const comm::Communicator* cross = detail::context().world->cross();
+  return cross ? cross->rank() : 0;
+}
+int cross_size() {
+  const comm::Communicator* cross = detail::context().world->cross();
+  return cross ? cross->size() : 1;
+}
+bool is_homogeneous() { return detail::context().world->uniform_nodes(); }
 engine::Engine& global_engine() { return *detail::context().engine; }
 
 SettingValues settings() {

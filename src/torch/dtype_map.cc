@@ -21,13 +21,17 @@ DataType to_dtype(c10::ScalarType type, const std::string& tensor_name) {
       return DataType::kInt64;
     case c10::ScalarType::Byte:
       return DataType::kUInt8;
+    case c10::ScalarType::Char:
+      return DataType::kInt8;
+    case c10::ScalarType::Short:
+      return DataType::kInt16;
     default:
       break;
   }
   throw InvalidArgument("'" + tensor_name + "': tensors of type " +
                         std::string(c10::toString(type)) +
                         " are not supported; accepted: float32, float64, float16, bfloat16, "
-                        "int32, int64, uint8");
+                        "int32, int64, uint8, int8, int16");
 }
 
 c10::ScalarType to_scalar_type(DataType dtype) {
@@ -46,6 +50,10 @@ c10::ScalarType to_scalar_type(DataType dtype) {
       return c10::ScalarType::Long;
     case DataType::kUInt8:
       return c10::ScalarType::Byte;
+    case DataType::kInt8:
+      return c10::ScalarType::Char;
+    case DataType::kInt16:
+      return c10::ScalarType::Short;
   }
   TESSERA_ASSERT(false, "unknown dtype");
   return c10::ScalarType::Float;

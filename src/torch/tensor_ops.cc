@@ -212,6 +212,67 @@ torch::Tensor& broadcast_(torch::Tensor& tensor, int root, const std::string& na
   return tensor;
 }
 
+TensorHandle broadcast_async_(torch::Tensor& tensor, int root, const std::string& name,
+                              int process_set) {
+  torch::Tensor buf = contiguous_cpu(tensor, "broadcast_");
+  engine::Request r = make_request(engine::OpType::kBroadcast, name_or_auto(name, "broadcast"), buf,
+                                   buf, process_set);
+  r.spec.root = root;
+  TensorHandle h;
+  TensorOps::set(h, global_engine().enqueue(std::move(r)), buf, buf, tensor, false);
+  return h;
+}
+
+namespace {
+
+// Output: dimension 0 divided by the set's ranks (the engine checks that it divides).
+engine::Request make_reducescatter(const std::string& name, const torch::Tensor& in,
+                                   torch::Tensor* out, ReduceOp op, int process_set) {
+  TESSERA_CHECK(in.dim() >= 1, "reducescatter '", name,
+                "' needs a tensor with at least one dimension");
+  const int64_t ranks = global_engine().process_set_size(process_set);
+  std::vector<int64_t> shape = shape_of(in);
+  shape[0] = shape[0] / ranks;
+  *out = torch::empty(shape, in.options());
+  engine::Request r = make_request(engine::OpType::kReduceScatter, name, in, *out, process_set);
+  r.spec.reduce_op = op;
+  return r;
+}
+
+}  // namespace
+
+TensorHandle reducescatter_async(const torch::Tensor& tensor, const std::string& name,
+                                 ReduceOp op, int process_set) {
+  torch::Tensor in = contiguous_cpu(tensor, "reducescatter");
+  torch::Tensor out;
+  engine::Request r =
+      make_reducescatter(name_or_auto(name, "reducescatter"), in, &out, op, process_set);
+  TensorHandle h;
+  TensorOps::set(h, global_engine().enqueue(std::move(r)), in, out, torch::Tensor(), false);
+  return h;
+}
+
+std::vector<TensorHandle> grouped_reducescatter_async(const std::vector<torch::Tensor>& tensors,
+                                                      const std::string& name, ReduceOp op,
+                                                      int process_set) {
+  TESSERA_CHECK(!tensors.empty(), "grouped_reducescatter needs at least one tensor");
+  const std::string base = name_or_auto(name, "grouped_reducescatter");
+  std::vector<engine::Request> requests;
+  std::vector<torch::Tensor> ins, outs;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    ins.push_back(contiguous_cpu(tensors[i], "grouped_reducescatter"));
+    outs.emplace_back();
+    requests.push_back(make_reducescatter(base + "." + std::to_string(i), ins.back(),
+                                          &outs.back(), op, process_set));
+  }
+  std::vector<engine::Handle> hs = global_engine().enqueue_group(std::move(requests));
+  std::vector<TensorHandle> out(hs.size());
+  for (size_t i = 0; i < hs.size(); ++i) {
+    TensorOps::set(out[i], std::move(hs[i]), ins[i], outs[i], torch::Tensor(), false);
+  }
+  return out;
+}
+
 TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name, int process_set) {
   torch::Tensor in = contiguous_cpu(tensor, "alltoall");
   torch::Tensor out = torch::empty_like(in);

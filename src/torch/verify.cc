@@ -51,6 +51,10 @@ std::string describe_parameters(const torch::OrderedDict<std::string, torch::Ten
   return out;
 }
 
-void join(int process_set) { global_engine().join(process_set).wait(); }
+int join(int process_set) {
+  engine::Handle h = global_engine().join(process_set);
+  h.wait();
+  return h.last_joined();
+}
 
 }  // namespace tessera

@@ -280,6 +280,14 @@ TEST(Wire, CorruptMessagesAreRefusedWithTheOffset) {
   EXPECT_THROW(decode_specs(bad.data(), bad.size()), InvalidArgument);
 }
 
+TEST(Coordinator, LastToArriveIsTheLatestCycleAndTheHighestRankOnATie) {
+  EXPECT_EQ(last_to_arrive({}), -1);
+  EXPECT_EQ(last_to_arrive({7}), 0);
+  EXPECT_EQ(last_to_arrive({3, 9, 4}), 1);
+  EXPECT_EQ(last_to_arrive({9, 2, 9, 1}), 2);
+  EXPECT_EQ(last_to_arrive({5, 5, 5}), 2);
+}
+
 TEST(Coordinator, CompletesInFirstArrivalOrderWhateverTheRankOrder) {
   const auto t = Coordinator::Clock::now();
   // Three ranks send the same three names in different orders over two cycles.
@@ -428,7 +436,7 @@ TEST(IdleBackoff, DoublesWhileIdleUpToTheCapAndDropsOnWork) {
 TEST(FillIdentity, EveryOpAndDtypeLeavesTheOtherOperandUnchanged) {
   const std::vector<DataType> types = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
                                        DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
-                                       DataType::kUInt8};
+                                       DataType::kUInt8,    DataType::kInt8,    DataType::kInt16};
   const std::vector<ReduceOp> ops = {ReduceOp::kSum,     ReduceOp::kMin,    ReduceOp::kMax,
                                      ReduceOp::kProduct, ReduceOp::kBitAnd, ReduceOp::kBitOr};
   for (DataType dt : types) {

@@ -16,7 +16,7 @@ namespace {
 
 const std::vector<DataType> kDtypes = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
                                        DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
-                                       DataType::kUInt8};
+                                       DataType::kUInt8,    DataType::kInt8,    DataType::kInt16};
 
 double ref(ReduceOp op, double a, double b) {
   switch (op) {
@@ -155,6 +155,12 @@ TEST(Dtype, NamesRoundTripAndBadInputSaysWhatIsAccepted) {
   uint8_t u = 0;
   store_from_double(DataType::kUInt8, &u, 0, 260);
   EXPECT_EQ(u, 4);
+  int8_t c = 0;
+  store_from_double(DataType::kInt8, &c, 0, 130);
+  EXPECT_EQ(c, -126);
+  int16_t h = 0;
+  store_from_double(DataType::kInt16, &h, 0, -32769);
+  EXPECT_EQ(h, 32767);
 }
 
 }  // namespace
