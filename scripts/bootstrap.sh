@@ -25,6 +25,8 @@ PACKAGES=(
   # python reference (PyTorch DDP over gloo) for side-by-side benchmarks; torchvision checks
   # that weights interchange with its ResNets
   python3 python3-torch python3-torchvision
+  # the Python package tessera.torch: its extension (pybind11, Python's headers) and its tests
+  pybind11-dev python3-dev python3-pytest
 )
 
 missing=()

@@ -1,9 +1,14 @@
 // tessera: one binary, subcommands. This file only parses the command line and reports errors;
 // the work lives in the libraries (and bench_collectives.cc for the benchmark tables).
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "apps/tessera/bench_collectives.h"
 #include "apps/tessera/bench_engine.h"
@@ -76,8 +81,23 @@ int run_tune(int argc, char** argv) {
 
 }  // namespace
 
+// `tessera run -np N [-H hosts] <program>`: the launcher is the Python package's
+// (python/tessera/run.py composes the mpirun or srun command); this binary hands over to the one
+// in its build tree, which also puts that package on the ranks' PYTHONPATH.
+int run_launcher(int argc, char** argv) {
+  std::vector<std::string> args = {TESSERA_PYTHON_EXECUTABLE, TESSERA_LAUNCHER_SCRIPT};
+  for (int i = 2; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> cargs;
+  for (std::string& a : args) cargs.push_back(&a[0]);
+  cargs.push_back(nullptr);
+  ::execv(cargs[0], cargs.data());
+  std::fprintf(stderr, "tessera run: cannot start %s: %s\n", cargs[0], std::strerror(errno));
+  return 2;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "tune") return run_tune(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "run") return run_launcher(argc, argv);
   return run(argc, argv, {});
 }
 

@@ -1,0 +1,171 @@
+// tessera._tessera: the narrow extension under the Python package (python/tessera). It exposes
+// the process (init, ranks, process sets, timeline) and asynchronous collectives on tensors that
+// return handles; everything Horovod adds on top (op names, compression, autograd, the
+// optimizer's hooks, state broadcast, SyncBatchNorm) is Python, in tessera/torch.
+//
+// Waiting never holds the GIL: a handle's wait releases it and wakes every 50 ms to let Python
+// deliver signals (Ctrl-C raises KeyboardInterrupt in the waiting thread).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/extension.h>
+
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "tessera/torch.h"
+
+namespace py = pybind11;
+
+namespace tessera {
+namespace python {
+namespace {
+
+constexpr double kSignalCheckSeconds = 0.05;
+
+// Waits for `h` with the GIL released, checking for signals between slices. Throws
+// py::error_already_set (KeyboardInterrupt) when a signal handler raised.
+void wait_interruptibly(const TensorHandle& h) {
+  for (;;) {
+    bool done;
+    {
+      py::gil_scoped_release release;
+      done = h.wait_for(kSignalCheckSeconds);
+    }
+    if (done) return;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+}
+
+torch::Tensor wait_handle(TensorHandle& h) {
+  wait_interruptibly(h);
+  py::gil_scoped_release release;  // synchronize copies back (in-place calls)
+  return synchronize(h);
+}
+
+ReduceOp to_op(int op) {
+  TESSERA_CHECK(op >= 0 && op <= static_cast<int>(ReduceOp::kProduct), "unknown reduce op ", op);
+  return static_cast<ReduceOp>(op);
+}
+
+void bind_process(py::module_& m) {
+  m.def(
+      "init",
+      [](const std::map<std::string, std::string>& settings, const std::string& config_file) {
+        InitOptions o;
+        for (const auto& kv : settings) o.settings[kv.first] = kv.second;
+        o.config_file = config_file;
+        py::gil_scoped_release release;
+        init(o);
+      },
+      py::arg("settings"), py::arg("config_file"));
+  m.def(
+      "shutdown", [](const std::string& error) { shutdown(error); }, py::arg("error") = "",
+      py::call_guard<py::gil_scoped_release>());
+  m.def("is_initialized", &is_initialized);
+  m.def("rank", &rank);
+  m.def("size", &size);
+  m.def("local_rank", &local_rank);
+  m.def("local_size", &local_size);
+  m.def("cross_rank", &cross_rank);
+  m.def("cross_size", &cross_size);
+  m.def("is_homogeneous", &is_homogeneous);
+  m.def("start_timeline", [](const std::string& path) { start_timeline(path); });
+  m.def("stop_timeline", [] { stop_timeline(); });
+  m.def("settings", [] {
+    std::map<std::string, std::string> out;
+    for (const auto& kv : settings()) out[kv.first] = kv.second;
+    return out;
+  });
+  m.def(
+      "add_process_set",
+      [](const std::vector<int>& ranks) { return global_engine().add_process_set(ranks); },
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "remove_process_set", [](int id) { global_engine().remove_process_set(id); },
+      py::call_guard<py::gil_scoped_release>());
+  m.def("process_set_rank", [](int id) { return global_engine().process_set_rank(id); });
+  m.def("process_set_size", [](int id) { return global_engine().process_set_size(id); });
+  m.def("in_process_set", [](int id) { return global_engine().in_process_set(id); });
+  m.def(
+      "join", [](int process_set) { return join(process_set); }, py::arg("process_set"),
+      py::call_guard<py::gil_scoped_release>());
+}
+
+void bind_collectives(py::module_& m) {
+  py::class_<TensorHandle>(m, "Handle")
+      .def("poll", &TensorHandle::poll)
+      .def("wait", &wait_handle)
+      .def_property_readonly("name", &TensorHandle::name);
+  m.def("allreduce_async", [](const torch::Tensor& t, const std::string& name, int op, double pre,
+                              double post, int ps) {
+    return allreduce_async(t, name, to_op(op), pre, post, ps);
+  });
+  m.def("allreduce_async_", [](torch::Tensor& t, const std::string& name, int op, double pre,
+                               double post, int ps) {
+    return allreduce_async_(t, name, to_op(op), pre, post, ps);
+  });
+  m.def("grouped_allreduce_async_",
+        [](std::vector<torch::Tensor> ts, const std::vector<std::string>& names, int op,
+           double pre, double post, int ps) {
+          return grouped_allreduce_async_(ts, names, to_op(op), pre, post, ps);
+        });
+  m.def("allgather_async", [](const torch::Tensor& t, const std::string& name, int ps) {
+    return allgather_async(t, name, ps);
+  });
+  m.def("broadcast_async", [](const torch::Tensor& t, int root, const std::string& name, int ps) {
+    return broadcast_async(t, root, name, ps);
+  });
+  m.def("broadcast_async_", [](torch::Tensor& t, int root, const std::string& name, int ps) {
+    return broadcast_async_(t, root, name, ps);
+  });
+  m.def("alltoall_async", [](const torch::Tensor& t, const std::string& name, int ps) {
+    return alltoall_async(t, name, ps);
+  });
+  m.def("reducescatter_async", [](const torch::Tensor& t, const std::string& name, int op, int ps) {
+    return reducescatter_async(t, name, to_op(op), ps);
+  });
+  m.def("grouped_reducescatter_async", [](const std::vector<torch::Tensor>& ts,
+                                          const std::string& name, int op, int ps) {
+    return grouped_reducescatter_async(ts, name, to_op(op), ps);
+  });
+}
+
+}  // namespace
+}  // namespace python
+}  // namespace tessera
+
+PYBIND11_MODULE(_tessera, m) {
+  m.doc() = "tessera's extension: the engine's asynchronous collectives on torch tensors";
+  // Every tessera::Error (a disagreement between ranks, a timeout, a dead rank, a shutdown) is
+  // TesseraError, which tessera.torch exposes as HorovodInternalError. InvalidArgument (a bad
+  // argument, a duplicate name in flight, ranks that disagree on a tensor) is also a ValueError.
+  static py::exception<tessera::Error> error(m, "TesseraError", PyExc_RuntimeError);
+  // A raw reference, never released: the translator may run until the interpreter ends.
+  static PyObject* invalid =
+      PyErr_NewException("tessera._tessera.InvalidArgumentError",
+                         py::make_tuple(error, py::handle(PyExc_ValueError)).ptr(), nullptr);
+  m.attr("InvalidArgumentError") = py::handle(invalid);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const tessera::InvalidArgument& e) {
+      PyErr_SetString(invalid, e.what());
+    } catch (const tessera::Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+  m.attr("ReduceOp_Average") = static_cast<int>(tessera::ReduceOp::kAverage);
+  m.attr("ReduceOp_Sum") = static_cast<int>(tessera::ReduceOp::kSum);
+  m.attr("ReduceOp_Min") = static_cast<int>(tessera::ReduceOp::kMin);
+  m.attr("ReduceOp_Max") = static_cast<int>(tessera::ReduceOp::kMax);
+  m.attr("ReduceOp_Product") = static_cast<int>(tessera::ReduceOp::kProduct);
+#ifdef TESSERA_CUDA_BUILT
+  m.attr("cuda_built") = true;
+#else
+  m.attr("cuda_built") = false;
+#endif
+  tessera::python::bind_process(m);
+  tessera::python::bind_collectives(m);
+}

@@ -1,0 +1,131 @@
+"""State and objects across ranks: broadcast_parameters, broadcast_optimizer_state,
+broadcast_object, allgather_object."""
+import pickle
+
+import torch
+
+from tessera.torch.basics import global_process_set
+from tessera.torch.mpi_ops import (_allgather_async, _auto_name, broadcast_, broadcast_async_,
+                                   synchronize)
+
+
+def _named_tensors(params):
+    if isinstance(params, dict):
+        return list(params.items())
+    items = list(params)
+    if items and not isinstance(items[0], tuple):
+        raise ValueError("broadcast_parameters expects a state_dict or (name, tensor) pairs "
+                         "(model.named_parameters()), got a list of "
+                         f"{type(items[0]).__name__}")
+    return items
+
+
+def broadcast_parameters(params, root_rank, process_set=global_process_set):
+    """Every rank's tensors take root_rank's values, in place. `params`: a state_dict or
+    model.named_parameters(). Collective; names must be the same on every rank."""
+    handles = []
+    with torch.no_grad():
+        for name, tensor in _named_tensors(params):
+            if tensor is None:
+                continue
+            handles.append(broadcast_async_(tensor, root_rank, f"broadcast_parameters.{name}",
+                                            process_set))
+        for h in handles:
+            synchronize(h)
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """root_rank's object (pickled) on every rank. Without a name, one from a counter: every
+    rank of the set must then make its unnamed calls in the same order."""
+    name = name or _auto_name("broadcast_object")
+    payload = torch.empty(0, dtype=torch.uint8)
+    if process_set.rank() == root_rank:
+        payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+    length = torch.tensor([payload.numel()], dtype=torch.int64)
+    broadcast_(length, root_rank, f"broadcast_object.{name}.size", process_set)
+    if process_set.rank() != root_rank:
+        payload = torch.empty(int(length.item()), dtype=torch.uint8)
+    broadcast_(payload, root_rank, f"broadcast_object.{name}.data", process_set)
+    return pickle.loads(payload.numpy().tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Every rank's object, in rank order."""
+    name = name or _auto_name("allgather_object")
+    payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+    sizes = synchronize(_allgather_async(torch.tensor([payload.numel()], dtype=torch.int64),
+                                         f"allgather_object.{name}.size", process_set))
+    data = synchronize(_allgather_async(payload, f"allgather_object.{name}.data", process_set))
+    out, offset = [], 0
+    for n in sizes.tolist():
+        out.append(pickle.loads(data[offset:offset + n].numpy().tobytes()))
+        offset += n
+    return out
+
+
+class _TensorSlot:
+    """Stands for the i-th tensor of a state_dict while its structure is broadcast."""
+
+    def __init__(self, index, shape, dtype):
+        self.index, self.shape, self.dtype = index, shape, dtype
+
+
+def _split_tensors(value, tensors):
+    """`value` with every tensor replaced by a _TensorSlot (appended to `tensors`)."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return _TensorSlot(len(tensors) - 1, tuple(value.shape), value.dtype)
+    if isinstance(value, dict):
+        return type(value)((k, _split_tensors(v, tensors)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_split_tensors(v, tensors) for v in value)
+    return value
+
+
+def _fill_tensors(value, tensors):
+    if isinstance(value, _TensorSlot):
+        return tensors[value.index]
+    if isinstance(value, dict):
+        return type(value)((k, _fill_tensors(v, tensors)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_fill_tensors(v, tensors) for v in value)
+    return value
+
+
+def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
+    """Every rank's optimizer takes root_rank's state (momentum buffers, Adam's moments and
+    steps, state created lazily or not at all) and its param groups' options (learning rate,
+    betas, ...). The structure travels pickled, the tensors by broadcast. Collective; the
+    optimizers must be over the same parameters in the same order."""
+    tensors = []
+    structure = _split_tensors(optimizer.state_dict(), tensors)
+    structure = broadcast_object(structure, root_rank, "broadcast_optimizer_state",
+                                 process_set)
+    root = process_set.rank() == root_rank
+    if not root:
+        tensors = []
+        _collect_slots(structure, tensors)
+    handles = [broadcast_async_(t, root_rank, f"broadcast_optimizer_state.{i}", process_set)
+               for i, t in enumerate(tensors)]
+    for h in handles:
+        synchronize(h)
+    if not root:
+        optimizer.load_state_dict(_fill_tensors(structure, tensors))
+
+
+def _collect_slots(value, tensors):
+    """Allocates, in slot order, one tensor per _TensorSlot of `value`."""
+    slots = []
+
+    def walk(v):
+        if isinstance(v, _TensorSlot):
+            slots.append(v)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+    walk(value)
+    for slot in sorted(slots, key=lambda s: s.index):
+        tensors.append(torch.empty(slot.shape, dtype=slot.dtype))
