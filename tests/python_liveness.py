@@ -1,0 +1,32 @@
+"""One scenario per run (argv[1]), under mpirun with 3 ranks; tests/python_liveness.sh checks
+that the whole job ends, quickly, with the message that names the cause.
+  interrupt: rank 0 gets SIGINT while it waits in an allreduce the others never join; the
+             KeyboardInterrupt leaves its wait, the process exits and the others, waiting in
+             their own collective, are told and end.
+  kill:      rank 1 is killed (SIGKILL) while the others wait for it in an allreduce."""
+import os
+import signal
+import sys
+import threading
+import time
+
+import torch
+
+import tessera.torch as hvd
+
+hvd.init()
+scenario = sys.argv[1]
+rank = hvd.rank()
+hvd.barrier()
+if scenario == "interrupt":
+    if rank == 0:
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        hvd.allreduce(torch.ones(1), name="never.joined.by.others")
+    else:
+        hvd.allreduce(torch.ones(1), name="waits.for.rank0")
+elif scenario == "kill":
+    if rank == 1:
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+    hvd.allreduce(torch.ones(1), name="waits.for.rank1")
+print(f"rank {rank}: returned normally, which it must not", flush=True)
