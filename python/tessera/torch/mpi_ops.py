@@ -97,6 +97,11 @@ def _resolve_op(average, op, what):
     return op
 
 
+def _needs_grad(tensor):
+    # Autograd's Function costs microseconds per call: only tensors that need it go through it.
+    return tensor.requires_grad and torch.is_grad_enabled()
+
+
 def _name(name):
     return "" if name is None else str(name)
 
@@ -183,7 +188,12 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     op = _resolve_op(average, op, "allreduce")
     _check_tensor(tensor, "allreduce")
     compressed, ctx = compression.compress(tensor)
-    out = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    if _needs_grad(compressed):
+        out = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+                               process_set)
+    else:
+        out = synchronize(_allreduce_async(compressed, name, op, prescale_factor,
+                                           postscale_factor, process_set, False))
     return compression.decompress(out, ctx)
 
 
@@ -311,6 +321,8 @@ class _Allgather(torch.autograd.Function):
 def allgather(tensor, name=None, process_set=global_process_set):
     """Every rank's tensor concatenated along dimension 0; differentiable."""
     _check_tensor(tensor, "allgather")
+    if not _needs_grad(tensor):
+        return synchronize(_allgather_async(tensor, name, process_set))
     return _Allgather.apply(tensor, name, process_set)
 
 
@@ -367,6 +379,8 @@ class _Broadcast(torch.autograd.Function):
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """root_rank's tensor on every rank; differentiable."""
     _check_tensor(tensor, "broadcast")
+    if not _needs_grad(tensor):
+        return synchronize(_broadcast_async(tensor, root_rank, name, process_set, False))
     return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 

@@ -1,0 +1,50 @@
+"""pip install for the Python package tessera (tessera.torch and the launcher).
+
+    /usr/bin/python3 -m pip install --no-build-isolation .
+
+builds the extension with the project's CMake (in build/, or TESSERA_BUILD_DIR), against the
+torch of the interpreter running pip, and installs it beside the Python sources. Offline with
+Debian's packages: --no-build-isolation uses the installed setuptools instead of fetching one.
+"""
+import os
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name):
+        super().__init__(name, sources=[])
+
+
+class CMakeBuild(build_ext):
+    """Configures (once) and builds the tessera_python target, then copies the module."""
+
+    def build_extension(self, ext):
+        build = os.environ.get("TESSERA_BUILD_DIR", os.path.join(ROOT, "build"))
+        if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
+            subprocess.check_call(["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
+                                   f"-DTESSERA_PYTHON={sys.executable}"])
+        subprocess.check_call(["cmake", "--build", build, "--target", "tessera_python",
+                               f"-j{os.cpu_count() or 1}"])
+        built = os.path.join(build, "python", "tessera")
+        module = next(f for f in os.listdir(built) if f.startswith("_tessera."))
+        target = self.get_ext_fullpath(ext.name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        self.copy_file(os.path.join(built, module), target)
+
+
+setup(
+    name="tessera",
+    version="0.1.0",
+    description="Data- and spatially-parallel training over MPI; Horovod's PyTorch API",
+    package_dir={"": "python"},
+    packages=["tessera", "tessera.torch"],
+    ext_modules=[CMakeExtension("tessera._tessera")],
+    cmdclass={"build_ext": CMakeBuild},
+    python_requires=">=3.9",
+)
