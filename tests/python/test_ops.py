@@ -248,7 +248,7 @@ def test_unsupported_dtype_names_the_accepted_ones():
 def test_integer_average_and_adasum_are_refused_clearly():
     with pytest.raises(ValueError, match="average is not defined on integer"):
         hvd.allreduce(torch.ones(2, dtype=torch.int32), name="int.avg")
-    with pytest.raises(ValueError, match="Adasum is not implemented"):
+    with pytest.raises(ValueError, match="tessera does not provide Adasum"):
         hvd.allreduce(torch.ones(2), op=hvd.Adasum, name="adasum")
 
 
@@ -277,3 +277,26 @@ def test_duplicate_name_in_flight_is_a_value_error():
     else:
         hvd.barrier()
         hvd.allreduce(x, name="dup.name")
+
+
+def test_allreduce_with_compression_travels_narrow_and_comes_back_in_its_dtype():
+    me, n = hvd.rank(), hvd.size()
+    x = torch.full((4,), 1.0 + me, dtype=torch.float64)
+    for compression in (hvd.Compression.fp16, hvd.Compression.bf16):
+        got = hvd.allreduce(x, op=hvd.Sum, compression=compression,
+                            name=f"compressed.{compression.__name__}")
+        assert got.dtype == torch.float64
+        assert torch.equal(got, torch.full((4,), float(sum(1 + r for r in range(n))),
+                                           dtype=torch.float64))
+    # An integer tensor is sent as it is.
+    assert hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Sum,
+                         compression=hvd.Compression.fp16, name="compressed.int").dtype == \
+        torch.int32
+
+
+def test_timeline_records_the_named_collectives(tmp_path_factory):
+    path = tmp_path_factory.mktemp("timeline") / f"rank{hvd.rank()}.json"
+    hvd.start_timeline(str(path))
+    hvd.allreduce(torch.ones(8), name="timeline.visible")
+    hvd.stop_timeline()
+    assert "timeline.visible" in path.read_text()

@@ -90,7 +90,7 @@ def _resolve_op(average, op, what):
     if op is None:
         op = Sum if average is False else Average
     if op == Adasum:
-        raise ValueError(f"{what}: Adasum is not implemented by tessera; accepted ops: "
+        raise ValueError(f"{what}: tessera does not provide Adasum; accepted ops: "
                          "Average, Sum, Min, Max, Product")
     if op not in _OP_NAMES:
         raise ValueError(f"{what}: unknown op {op!r}; accepted: Average, Sum, Min, Max, Product")

@@ -40,7 +40,7 @@ class _DistributedMixin:
                              "named_parameters; pass model.named_parameters() of every "
                              "parameter the optimizer holds")
         if op == Adasum:
-            raise ValueError("DistributedOptimizer: Adasum is not implemented by tessera; "
+            raise ValueError("DistributedOptimizer: tessera does not provide Adasum; "
                              "accepted ops: Average, Sum")
         if op not in (Average, Sum):
             raise ValueError("DistributedOptimizer: op must be Average or Sum")
