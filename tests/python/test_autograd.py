@@ -60,16 +60,16 @@ def test_broadcast_gradient():
 
 def test_alltoall_gradient_goes_back_the_way_the_data_came():
     me, n = hvd.rank(), hvd.size()
-    splits = [me + j + 1 for j in range(n)]  # rank i sends i + j + 1 rows to rank j
+    splits = [me + 2 * j + 1 for j in range(n)]  # rank i sends i + 2j + 1 rows to rank j
     x = torch.zeros(sum(splits), 2, dtype=torch.float64, requires_grad=True)
     y, received = hvd.alltoall(x, splits=splits, name="grad.a2a")
-    assert received.tolist() == [i + me + 1 for i in range(n)]
+    assert received.tolist() == [i + 2 * me + 1 for i in range(n)]
     # The gradient of received row k from rank i is 1000 * i + k: back on rank i it must
     # sit in the rows rank i sent to this rank.
-    g = torch.cat([torch.full((i + me + 1, 2), 1000.0 * i, dtype=torch.float64)
+    g = torch.cat([torch.full((i + 2 * me + 1, 2), 1000.0 * i, dtype=torch.float64)
                    for i in range(n)])
     y.backward(g + me)
-    want = torch.cat([torch.full((me + j + 1, 2), 1000.0 * me + j, dtype=torch.float64)
+    want = torch.cat([torch.full((me + 2 * j + 1, 2), 1000.0 * me + j, dtype=torch.float64)
                       for j in range(n)])
     assert torch.equal(x.grad, want)
 

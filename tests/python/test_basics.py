@@ -85,3 +85,15 @@ def test_init_registers_process_sets():
     assert hvd.allreduce(torch.ones(2), op=hvd.Sum, name="ps.init", process_set=ps)[0] == \
         hvd.size()
     hvd.remove_process_set(ps)
+
+
+def test_unnamed_calls_on_a_subset_leave_the_other_ranks_names_alone():
+    # Only rank 0's set runs unnamed collectives; the next unnamed global ones must still pair.
+    solo = hvd.add_process_set([0])
+    if hvd.rank() == 0:
+        for _ in range(3):
+            hvd.allgather(torch.ones(1), process_set=solo)
+            hvd.alltoall(torch.ones(1), splits=[1], process_set=solo)
+    got = hvd.allgather(torch.tensor([hvd.rank()]))
+    assert got.tolist() == list(range(hvd.size()))
+    hvd.remove_process_set(solo)

@@ -175,18 +175,20 @@ def test_alltoall_even_and_with_splits(dtype, process_set):
                                process_set=process_set)
     assert torch.equal(out, torch.cat([blocks(i)[2 * me:2 * me + 2] for i in range(n)]))
     assert splits.tolist() == [2] * n
-    # Uneven: rank i sends i + j rows to rank j.
-    send = lambda i: [i + j for j in range(n)]  # noqa: E731
-    data = lambda i: torch.cat([torch.full((i + j, 2), (world[i] * 10 + j) % 100)  # noqa: E731
+    # Uneven and asymmetric: rank i sends i + 2j + 1 rows to rank j (what a rank sends and what
+    # it receives differ, so mixing up the two directions shows).
+    rows = lambda i, j: i + 2 * j + 1  # noqa: E731
+    send = lambda i: [rows(i, j) for j in range(n)]  # noqa: E731
+    data = lambda i: torch.cat([torch.full((rows(i, j), 2), (world[i] * 10 + j) % 100)  # noqa
                                 for j in range(n)]).to(dtype)
     h = hvd.alltoall_async(data(me), splits=torch.tensor(send(me), dtype=torch.int32),
                            name=f"a2a.v.{dtype}.{process_set.process_set_id}",
                            process_set=process_set)
     out, splits = hvd.synchronize(h)
-    want = torch.cat([torch.full((i + me, 2), (world[i] * 10 + me) % 100)
+    want = torch.cat([torch.full((rows(i, me), 2), (world[i] * 10 + me) % 100)
                       for i in range(n)]).to(dtype)
     assert torch.equal(out, want)
-    assert splits.tolist() == [i + me for i in range(n)]
+    assert splits.tolist() == [rows(i, me) for i in range(n)]
 
 
 def test_alltoall_bad_splits_are_refused():

@@ -37,7 +37,7 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's object (pickled) on every rank. Without a name, one from a counter: every
     rank of the set must then make its unnamed calls in the same order."""
-    name = name or _auto_name("broadcast_object")
+    name = name or _auto_name("broadcast_object", process_set.process_set_id)
     payload = torch.empty(0, dtype=torch.uint8)
     if process_set.rank() == root_rank:
         payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
@@ -51,7 +51,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Every rank's object, in rank order."""
-    name = name or _auto_name("allgather_object")
+    name = name or _auto_name("allgather_object", process_set.process_set_id)
     payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
     sizes = synchronize(_allgather_async(torch.tensor([payload.numel()], dtype=torch.int64),
                                          f"allgather_object.{name}.size", process_set))

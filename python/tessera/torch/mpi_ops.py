@@ -36,11 +36,14 @@ _next_handle = itertools.count(1)
 _noname = {}
 
 
-def _auto_name(kind):
+def _auto_name(kind, ps_id):
+    """The next name of an unnamed `kind` on set `ps_id`. One counter per (kind, set): ranks
+    outside a set do not count its calls, so the names still agree on every member."""
+    key = f"{kind}.set{ps_id}"
     with _handles_lock:
-        n = _noname.get(kind, 0)
-        _noname[kind] = n + 1
-    return f"{kind}.noname.{n}"
+        n = _noname.get(key, 0)
+        _noname[key] = n + 1
+    return f"{key}.noname.{n}"
 
 
 def _register(c_handles, finish):
@@ -102,8 +105,8 @@ def _needs_grad(tensor):
     return tensor.requires_grad and torch.is_grad_enabled()
 
 
-def _name(name):
-    return "" if name is None else str(name)
+def _name(name, kind, ps_id):
+    return _auto_name(kind, ps_id) if name is None else str(name)
 
 
 def _wire(tensor, op):
@@ -137,11 +140,11 @@ def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, proces
     wire, wire_op = _wire(tensor, op)
     dtype = tensor.dtype
     if inplace:
-        h = _C.allreduce_async_(wire, _name(name), wire_op, float(prescale_factor),
-                                float(postscale_factor), ps_id)
+        h = _C.allreduce_async_(wire, _name(name, "allreduce", ps_id), wire_op,
+                                float(prescale_factor), float(postscale_factor), ps_id)
         return _register([h], lambda outs: tensor)
-    h = _C.allreduce_async(wire, _name(name), wire_op, float(prescale_factor),
-                           float(postscale_factor), ps_id)
+    h = _C.allreduce_async(wire, _name(name, "allreduce", ps_id), wire_op,
+                           float(prescale_factor), float(postscale_factor), ps_id)
     return _register([h], lambda outs: _unwire(outs[0], dtype))
 
 
@@ -217,7 +220,7 @@ def _grouped_allreduce_async(tensors, name, op, prescale, postscale, process_set
         raise ValueError(f"{what}: every tensor of a group must have one dtype, got "
                          f"{sorted({str(t.dtype) for t in tensors})}")
     ps_id = _set_id(process_set, what)
-    base = _auto_name("grouped_allreduce") if name is None else str(name)
+    base = _name(name, "grouped_allreduce", ps_id)
     targets = tensors if inplace else [t.detach().clone() for t in tensors]
     wires = [_wire(t, op) for t in targets]
     names = [f"{base}.{i}" for i in range(len(targets))]
@@ -283,7 +286,8 @@ def _allgather_c(tensor, name, process_set):
     ps_id = _set_id(process_set, "allgather")
     dtype = tensor.dtype
     wire = tensor.view(torch.uint8) if dtype == torch.bool else tensor
-    return _C.allgather_async(wire, _name(name), ps_id), lambda out: _unwire(out, dtype)
+    h = _C.allgather_async(wire, _name(name, "allgather", ps_id), ps_id)
+    return h, lambda out: _unwire(out, dtype)
 
 
 def _allgather_async(tensor, name, process_set):
@@ -327,7 +331,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    base = _auto_name("grouped_allgather") if name is None else str(name)
+    base = _name(name, "grouped_allgather", _set_id(process_set, "grouped_allgather"))
     pairs = [_allgather_c(t, f"{base}.{i}", process_set) for i, t in enumerate(tensors)]
     return _register([h for h, _ in pairs], lambda outs: [f(o) for o, (_, f) in zip(outs, pairs)])
 
@@ -346,9 +350,9 @@ def _broadcast_async(tensor, root_rank, name, process_set, inplace):
     dtype = tensor.dtype
     wire = tensor.view(torch.uint8) if dtype == torch.bool else tensor
     if inplace:
-        h = _C.broadcast_async_(wire, root, _name(name), ps_id)
+        h = _C.broadcast_async_(wire, root, _name(name, "broadcast", ps_id), ps_id)
         return _register([h], lambda outs: tensor)
-    h = _C.broadcast_async(wire, root, _name(name), ps_id)
+    h = _C.broadcast_async(wire, root, _name(name, "broadcast", ps_id), ps_id)
     return _register([h], lambda outs: _unwire(outs[0], dtype))
 
 
@@ -429,7 +433,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
             padded[j * block:j * block + s] = wire[offset:offset + s]
             offset += s
         wire = padded
-    h = _C.alltoall_async(wire, _name(name), ps_id)
+    h = _C.alltoall_async(wire, _name(name, "alltoall", ps_id), ps_id)
 
     def finish(outs):
         out = outs[0]
@@ -502,7 +506,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     one row more); returns a handle."""
     ps_id = _set_id(process_set, "reducescatter")
     wire, mine = _reducescatter_prepare(tensor, op, prescale_factor, process_set, "reducescatter")
-    h = _C.reducescatter_async(wire, _name(name), op, ps_id)
+    h = _C.reducescatter_async(wire, _name(name, "reducescatter", ps_id), op, ps_id)
     return _register([h], lambda outs: _reducescatter_finish(outs[0], mine, postscale_factor))
 
 
@@ -538,7 +542,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                                        "grouped_reducescatter") for t in tensors]
     if not prepared:
         raise ValueError("grouped_reducescatter: needs at least one tensor")
-    base = _auto_name("grouped_reducescatter") if name is None else str(name)
+    base = _name(name, "grouped_reducescatter", ps_id)
     hs = _C.grouped_reducescatter_async([w for w, _ in prepared], base, op, ps_id)
     return _register(hs, lambda outs: [_reducescatter_finish(o, m, postscale_factor)
                                        for o, (_, m) in zip(outs, prepared)])
@@ -558,7 +562,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called it."""
     # One counter per set: ranks outside a set do not count its barriers.
-    name = _auto_name(f"tessera.barrier.{_set_id(process_set, 'barrier')}")
+    name = _auto_name("tessera.barrier", _set_id(process_set, "barrier"))
     synchronize(_allreduce_async(torch.zeros(1, dtype=torch.int32), name, Sum, 1.0, 1.0,
                                  process_set, True))
 
