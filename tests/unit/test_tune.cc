@@ -178,6 +178,13 @@ TEST(SearchSpace, SettingValuesRoundTrip) {
   for (const auto& kv : setting_values(t, Fixed{})) values[kv.first] = kv.second;
   EXPECT_EQ(values.size(), 6u);
   EXPECT_EQ(engine::options_from(values).tunables, t);
+  // A tuned cycle time is any double: its text must give back every bit (the autotuner once
+  // wrote 1.3800000000000001 as "1.38").
+  for (double ms : {std::nextafter(1.38, 2.0), 1.0 / 3.0, 0.1 + 0.2}) {
+    t.cycle_time_ms = ms;
+    for (const auto& kv : setting_values(t, Fixed{})) values[kv.first] = kv.second;
+    EXPECT_EQ(engine::options_from(values).tunables.cycle_time_ms, ms);
+  }
 }
 
 // A score function of a configuration (bytes per second), fed to the tuner step by step the way
