@@ -19,6 +19,20 @@ class TensorOps {
     h.target_ = std::move(target);
     h.allgather_ = allgather;
   }
+  // Enqueues `requests` as one group; handle i keeps ins[i] and outs[i] alive, and an in-place
+  // call's targets[i] (else undefined) receives the result.
+  static std::vector<TensorHandle> group(std::vector<engine::Request> requests,
+                                         const std::vector<torch::Tensor>& ins,
+                                         const std::vector<torch::Tensor>& outs,
+                                         const std::vector<torch::Tensor>& targets) {
+    std::vector<engine::Handle> hs = global_engine().enqueue_group(std::move(requests));
+    std::vector<TensorHandle> out(hs.size());
+    for (size_t i = 0; i < hs.size(); ++i) {
+      set(out[i], std::move(hs[i]), ins[i], outs[i], targets.empty() ? torch::Tensor() : targets[i],
+          false);
+    }
+    return out;
+  }
 };
 
 namespace {
@@ -128,12 +142,7 @@ std::vector<TensorHandle> grouped_allreduce_async(const std::vector<torch::Tenso
     ins.push_back(in);
     outs.push_back(out);
   }
-  std::vector<engine::Handle> hs = global_engine().enqueue_group(std::move(requests));
-  std::vector<TensorHandle> out(hs.size());
-  for (size_t i = 0; i < hs.size(); ++i) {
-    TensorOps::set(out[i], std::move(hs[i]), ins[i], outs[i], torch::Tensor(), false);
-  }
-  return out;
+  return TensorOps::group(std::move(requests), ins, outs, {});
 }
 
 std::vector<TensorHandle> grouped_allreduce_async_(std::vector<torch::Tensor>& tensors,
@@ -149,12 +158,7 @@ std::vector<TensorHandle> grouped_allreduce_async_(std::vector<torch::Tensor>& t
     requests.push_back(make_allreduce(names[i], buf, buf, op, prescale, postscale, process_set));
     bufs.push_back(buf);
   }
-  std::vector<engine::Handle> hs = global_engine().enqueue_group(std::move(requests));
-  std::vector<TensorHandle> out(hs.size());
-  for (size_t i = 0; i < hs.size(); ++i) {
-    TensorOps::set(out[i], std::move(hs[i]), bufs[i], bufs[i], tensors[i], false);
-  }
-  return out;
+  return TensorOps::group(std::move(requests), bufs, bufs, tensors);
 }
 
 std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
@@ -265,12 +269,7 @@ std::vector<TensorHandle> grouped_reducescatter_async(const std::vector<torch::T
     requests.push_back(make_reducescatter(base + "." + std::to_string(i), ins.back(),
                                           &outs.back(), op, process_set));
   }
-  std::vector<engine::Handle> hs = global_engine().enqueue_group(std::move(requests));
-  std::vector<TensorHandle> out(hs.size());
-  for (size_t i = 0; i < hs.size(); ++i) {
-    TensorOps::set(out[i], std::move(hs[i]), ins[i], outs[i], torch::Tensor(), false);
-  }
-  return out;
+  return TensorOps::group(std::move(requests), ins, outs, {});
 }
 
 TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name, int process_set) {
