@@ -25,10 +25,10 @@ int main(int argc, char** argv) {
   }
   std::sort(us.begin(), us.end());
   if (tessera::rank() == 0) {
-    std::printf("{\"side\": \"c++\", \"ranks\": %d, \"calls\": %d, \"p25_us\": %.2f, "
-                "\"median_us\": %.2f, \"p75_us\": %.2f}\n",
-                tessera::size(), calls, us[us.size() / 4], us[us.size() / 2],
-                us[3 * us.size() / 4]);
+    std::printf(
+        "{\"side\": \"c++\", \"ranks\": %d, \"calls\": %d, \"p25_us\": %.2f, "
+        "\"median_us\": %.2f, \"p75_us\": %.2f}\n",
+        tessera::size(), calls, us[us.size() / 4], us[us.size() / 2], us[3 * us.size() / 4]);
   }
   tessera::shutdown();
   return 0;

@@ -1,8 +1,8 @@
 // tessera: one binary, subcommands. This file only parses the command line and reports errors;
 // the work lives in the libraries (and bench_collectives.cc for the benchmark tables).
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>

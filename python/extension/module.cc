@@ -98,19 +98,17 @@ void bind_collectives(py::module_& m) {
       .def("poll", &TensorHandle::poll)
       .def("wait", &wait_handle)
       .def_property_readonly("name", &TensorHandle::name);
-  m.def("allreduce_async", [](const torch::Tensor& t, const std::string& name, int op, double pre,
-                              double post, int ps) {
-    return allreduce_async(t, name, to_op(op), pre, post, ps);
-  });
-  m.def("allreduce_async_", [](torch::Tensor& t, const std::string& name, int op, double pre,
-                               double post, int ps) {
-    return allreduce_async_(t, name, to_op(op), pre, post, ps);
-  });
-  m.def("grouped_allreduce_async_",
-        [](std::vector<torch::Tensor> ts, const std::vector<std::string>& names, int op,
-           double pre, double post, int ps) {
-          return grouped_allreduce_async_(ts, names, to_op(op), pre, post, ps);
+  m.def("allreduce_async",
+        [](const torch::Tensor& t, const std::string& name, int op, double pre, double post,
+           int ps) { return allreduce_async(t, name, to_op(op), pre, post, ps); });
+  m.def("allreduce_async_",
+        [](torch::Tensor& t, const std::string& name, int op, double pre, double post, int ps) {
+          return allreduce_async_(t, name, to_op(op), pre, post, ps);
         });
+  m.def("grouped_allreduce_async_",
+        [](std::vector<torch::Tensor> ts, const std::vector<std::string>& names, int op, double pre,
+           double post,
+           int ps) { return grouped_allreduce_async_(ts, names, to_op(op), pre, post, ps); });
   m.def("allgather_async", [](const torch::Tensor& t, const std::string& name, int ps) {
     return allgather_async(t, name, ps);
   });
@@ -126,10 +124,10 @@ void bind_collectives(py::module_& m) {
   m.def("reducescatter_async", [](const torch::Tensor& t, const std::string& name, int op, int ps) {
     return reducescatter_async(t, name, to_op(op), ps);
   });
-  m.def("grouped_reducescatter_async", [](const std::vector<torch::Tensor>& ts,
-                                          const std::string& name, int op, int ps) {
-    return grouped_reducescatter_async(ts, name, to_op(op), ps);
-  });
+  m.def("grouped_reducescatter_async",
+        [](const std::vector<torch::Tensor>& ts, const std::string& name, int op, int ps) {
+          return grouped_reducescatter_async(ts, name, to_op(op), ps);
+        });
 }
 
 }  // namespace

@@ -8,7 +8,17 @@
 namespace tessera {
 
 // New types go at the end: the engine's wire format carries the enum's value.
-enum class DataType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kInt8, kInt16 };
+enum class DataType {
+  kFloat32,
+  kFloat64,
+  kFloat16,
+  kBFloat16,
+  kInt32,
+  kInt64,
+  kUInt8,
+  kInt8,
+  kInt16
+};
 // The largest value (what a decoder of the wire format accepts).
 constexpr DataType kLastDataType = DataType::kInt16;
 

@@ -245,8 +245,8 @@ engine::Request make_reducescatter(const std::string& name, const torch::Tensor&
 
 }  // namespace
 
-TensorHandle reducescatter_async(const torch::Tensor& tensor, const std::string& name,
-                                 ReduceOp op, int process_set) {
+TensorHandle reducescatter_async(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
+                                 int process_set) {
   torch::Tensor in = contiguous_cpu(tensor, "reducescatter");
   torch::Tensor out;
   engine::Request r =
@@ -266,8 +266,8 @@ std::vector<TensorHandle> grouped_reducescatter_async(const std::vector<torch::T
   for (size_t i = 0; i < tensors.size(); ++i) {
     ins.push_back(contiguous_cpu(tensors[i], "grouped_reducescatter"));
     outs.emplace_back();
-    requests.push_back(make_reducescatter(base + "." + std::to_string(i), ins.back(),
-                                          &outs.back(), op, process_set));
+    requests.push_back(make_reducescatter(base + "." + std::to_string(i), ins.back(), &outs.back(),
+                                          op, process_set));
   }
   return TensorOps::group(std::move(requests), ins, outs, {});
 }

@@ -148,7 +148,8 @@ std::vector<std::pair<std::string, std::string>> setting_values(const Tunables& 
   }
   // The declaration's text is the shortest that reads back exactly (an ostream's default six
   // digits lost the last bits of a tuned 1.3800000000000001 ms).
-  if (!f.cycle_time) out.emplace_back(engine::kCycleTime.name, engine::kCycleTime.format(t.cycle_time_ms));
+  if (!f.cycle_time)
+    out.emplace_back(engine::kCycleTime.name, engine::kCycleTime.format(t.cycle_time_ms));
   if (!f.segment_bytes) out.emplace_back(comm::kSegmentBytes.name, std::to_string(t.segment_bytes));
   if (!f.colors) out.emplace_back(comm::kColors.name, std::to_string(t.colors));
   return out;
