@@ -32,10 +32,27 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", "--build", build, "--target", "tessera_python",
                                f"-j{os.cpu_count() or 1}"])
         built = os.path.join(build, "python", "tessera")
+        check_same_torch(os.path.join(built, "_build_info.py"), build)
         module = next(f for f in os.listdir(built) if f.startswith("_tessera."))
         target = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         self.copy_file(os.path.join(built, module), target)
+        # The torch it was built against, checked again at import.
+        self.copy_file(os.path.join(built, "_build_info.py"),
+                       os.path.join(os.path.dirname(target), "_build_info.py"))
+
+
+def check_same_torch(info_path, build):
+    """A build tree configured for another interpreter's torch would install a module that
+    cannot load here: refuse it, naming both."""
+    import torch
+    info = {}
+    with open(info_path) as f:
+        exec(f.read(), info)
+    if info["torch_version"] != torch.__version__:
+        sys.exit(f"{build} was configured for torch {info['torch_version']} ({info['python']}) "
+                 f"but this interpreter has torch {torch.__version__}: set TESSERA_BUILD_DIR to "
+                 "a new folder to build for this one")
 
 
 setup(

@@ -8,7 +8,7 @@
 set -euo pipefail
 TESSERA=$1
 DIR=$2
-PY=/usr/bin/python3
+PY=${TEST_PYTHON:-/usr/bin/python3}  # the interpreter the build is for
 rm -rf "$DIR" && mkdir -p "$DIR"
 for model in resnet18 resnet50; do
   $PY - "$DIR/$model.py.pt" "$model" <<'PYEOF'

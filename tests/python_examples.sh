@@ -11,7 +11,7 @@ set -euo pipefail
 TESSERA=$1
 DIR=$2
 SRC=$(cd "$(dirname "$0")/.." && pwd)
-PY=/usr/bin/python3
+PY=${TEST_PYTHON:-/usr/bin/python3}  # the interpreter the build is for
 rm -rf "$DIR" && mkdir -p "$DIR"
 run() { "$TESSERA" run -np 2 "$PY" "$@"; }
 expect() {  # expect PATTERN FILE

@@ -5,10 +5,11 @@ set -uo pipefail
 DIR=$1
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$DIR"
+PY=${TEST_PYTHON:-/usr/bin/python3}  # the interpreter the build is for
 export TESSERA_HEARTBEAT_TIMEOUT=3 TESSERA_TIMEOUT=60
 for scenario in interrupt kill; do
   start=$(date +%s%N)
-  timeout 60 mpirun --oversubscribe --bind-to none -np 3 /usr/bin/python3 \
+  timeout 60 mpirun --oversubscribe --bind-to none -np 3 "$PY" \
     "$SRC/tests/python_liveness.py" "$scenario" > "$DIR/$scenario.log" 2>&1
   rc=$?
   elapsed_ms=$((($(date +%s%N) - start) / 1000000))

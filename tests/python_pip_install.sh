@@ -6,8 +6,15 @@ set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$1
 VENV=$2
+PY=${TEST_PYTHON:-/usr/bin/python3}  # the interpreter the build is for
 rm -rf "$VENV"
-/usr/bin/python3 -m venv --system-site-packages "$VENV"
+"$PY" -m venv --system-site-packages "$VENV"
+# A venv sees its base interpreter's packages, not those of a venv it was made from: when $PY is
+# itself a venv's (a pip-installed torch), point the new one at that torch.
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  "$PY" -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))" \
+    > "$("$VENV/bin/python" -c "import site; print(site.getsitepackages()[0])")/torch_from.pth"
+fi
 TESSERA_BUILD_DIR=$BUILD "$VENV/bin/python" -m pip install --no-build-isolation --no-deps \
   --no-index --quiet "$SRC"
 cd "$VENV"

@@ -2,6 +2,7 @@
 
 #include <sstream>
 #include <string>
+#include <variant>
 
 #include "common/error.h"
 #include "spatial/spatial_ops.h"
@@ -29,7 +30,10 @@ WindowSpec window_of(torch::nn::Module& m) {
   auto* c = m.as<torch::nn::Conv2d>();
   TESSERA_CHECK(c != nullptr, "spatial ResNet: expected a Conv2d");
   const auto& o = c->options;
-  const auto* pad = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
+  // The padding is a c10::variant in libtorch 1.13 and a std::variant later: unqualified, the
+  // call finds either one's get_if (std's by this using, c10's by argument-dependent lookup).
+  using std::get_if;
+  const auto* pad = get_if<torch::ExpandingArray<2>>(&o.padding());
   auto square = [](const torch::ExpandingArray<2>& a) { return (*a)[0] == (*a)[1]; };
   TESSERA_CHECK(pad != nullptr && square(*pad) && square(o.stride()) && square(o.dilation()) &&
                     square(o.kernel_size()),

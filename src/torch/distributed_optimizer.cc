@@ -11,6 +11,7 @@
 
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "common/error.h"
 #include "tessera/torch.h"
@@ -29,7 +30,8 @@ struct DistributedOptimizer::Impl {
   struct Param {
     std::string name;
     torch::Tensor tensor;
-    std::shared_ptr<torch::autograd::Node> accumulator;
+    // shared_ptr in libtorch 1.13, intrusive_ptr in later releases: take whichever it returns.
+    decltype(torch::autograd::impl::grad_accumulator(std::declval<torch::Tensor>())) accumulator;
     uintptr_t hook_key = 0;
     int group = -1;
     int passes = 0;         // backward passes since the last step

@@ -1,5 +1,10 @@
 #include "torch/optimizer_state.h"
 
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
+
 #include "common/error.h"
 
 namespace tessera {
@@ -11,7 +16,22 @@ namespace {
 // Optimizer::save writes those keys in hash-map order: two identical runs write different bytes.
 // Written here instead by (group, index) in parameter order, a checkpoint is a pure function of
 // the training state, so identical runs give identical files (compared with cmp).
-std::string key_of(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+//
+// The key is the address printed as a string in libtorch 1.13 and the address itself in 2.x.
+using StateKey = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+
+template <class Key>
+Key key_as(c10::TensorImpl* impl) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream os;  // as libtorch 1.13's c10::guts::to_string prints a pointer
+    os << static_cast<const void*>(impl);
+    return os.str();
+  } else {
+    return impl;
+  }
+}
+
+StateKey key_of(const torch::Tensor& p) { return key_as<StateKey>(p.unsafeGetTensorImpl()); }
 
 template <class Opt, class State>
 bool save_by_index(const torch::optim::Optimizer& optimizer, torch::serialize::OutputArchive& out) {

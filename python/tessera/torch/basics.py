@@ -9,7 +9,18 @@ import threading
 import torch  # noqa: F401  (the extension needs torch's libraries loaded first)
 
 
+def _check_torch_version():
+    from tessera import _build_info
+    if torch.__version__ != _build_info.torch_version:
+        raise ImportError(
+            f"tessera was built against torch {_build_info.torch_version} "
+            f"({_build_info.torch_dir}) but this interpreter has torch {torch.__version__} "
+            f"({os.path.dirname(torch.__file__)}): rebuild it for this one with "
+            f"cmake -DTESSERA_PYTHON={sys.executable} (or pip install . from this interpreter)")
+
+
 def _load_extension():
+    _check_torch_version()
     # Open MPI loads its components with dlopen and they resolve symbols of libmpi, which Python
     # would load privately (RTLD_LOCAL) as a dependency of the extension: load it globally first.
     name = ctypes.util.find_library("mpi")
