@@ -7,6 +7,7 @@ torch of the interpreter running pip, and installs it beside the Python sources.
 Debian's packages: --no-build-isolation uses the installed setuptools instead of fetching one.
 """
 import os
+import shutil
 import subprocess
 import sys
 
@@ -14,6 +15,10 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def cmake_build_dir():
+    return os.environ.get("TESSERA_BUILD_DIR", os.path.join(ROOT, "build"))
 
 
 class CMakeExtension(Extension):
@@ -25,7 +30,7 @@ class CMakeBuild(build_ext):
     """Configures (once) and builds the tessera_python target, then copies the module."""
 
     def build_extension(self, ext):
-        build = os.environ.get("TESSERA_BUILD_DIR", os.path.join(ROOT, "build"))
+        build = cmake_build_dir()
         if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
             subprocess.check_call(["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
                                    f"-DTESSERA_PYTHON={sys.executable}"])
@@ -36,10 +41,11 @@ class CMakeBuild(build_ext):
         module = next(f for f in os.listdir(built) if f.startswith("_tessera."))
         target = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        self.copy_file(os.path.join(built, module), target)
+        # Always copied: a copy that is "up to date" by time stamp may come from another tree.
+        shutil.copyfile(os.path.join(built, module), target)
         # The torch it was built against, checked again at import.
-        self.copy_file(os.path.join(built, "_build_info.py"),
-                       os.path.join(os.path.dirname(target), "_build_info.py"))
+        shutil.copyfile(os.path.join(built, "_build_info.py"),
+                        os.path.join(os.path.dirname(target), "_build_info.py"))
 
 
 def check_same_torch(info_path, build):
@@ -63,5 +69,8 @@ setup(
     packages=["tessera", "tessera.torch"],
     ext_modules=[CMakeExtension("tessera._tessera")],
     cmdclass={"build_ext": CMakeBuild},
+    # setuptools' own staging inside the CMake tree it installs from, so that trees built for
+    # different torches (and interpreters) never share staged files.
+    options={"build": {"build_base": os.path.join(cmake_build_dir(), "setuptools")}},
     python_requires=">=3.9",
 )

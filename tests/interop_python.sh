@@ -24,6 +24,11 @@ PYEOF
   "$TESSERA" export --model "$model" --init-from "$DIR/$model.py.pt" -o "$DIR/$model.tessera.pt"
   $PY - "$DIR/$model.py.pt" "$DIR/$model.tessera.pt" "$model" <<'PYEOF'
 import sys, torch, torchvision
+import torch.jit._pickle
+# torch >= 2.6 loads with weights_only=True: the C++ pickler tags typed dicts with
+# restore_type_tag, which the weights-only unpickler accepts once allowed (docs/python.md).
+if hasattr(torch.serialization, "add_safe_globals"):
+    torch.serialization.add_safe_globals([torch.jit._pickle.restore_type_tag])
 original = torch.load(sys.argv[1])
 back = torch.load(sys.argv[2])
 m = getattr(torchvision.models, sys.argv[3])()
