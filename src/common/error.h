@@ -3,7 +3,7 @@
 // One error model: exceptions inside the library, a clear message at the CLI. Bad arguments
 // and bad input throw InvalidArgument (with what was wrong and what is accepted); broken
 // invariants throw InternalError; MPI failures throw CommError; expired deadlines throw
-// TimeoutError.
+// TimeoutError; device (CUDA) failures throw DeviceError.
 #pragma once
 
 #include <sstream>
@@ -33,6 +33,13 @@ class CommError : public Error {
 };
 
 class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A device (CUDA) call failed, or an operation on a device stream did: names the call and the
+// device's own error string.
+class DeviceError : public Error {
  public:
   using Error::Error;
 };

@@ -1,0 +1,160 @@
+// The CUDA device: RAII streams and events over the runtime API, kernels from kernels.cu.
+// Built only with TESSERA_CUDA (no_cuda.cc stands in otherwise).
+#include <cuda_runtime.h>
+
+#include <thread>
+
+#include "gpu/cuda_check.h"
+#include "gpu/device.h"
+#include "gpu/host_ops.h"
+#include "gpu/kernels.h"
+
+namespace tessera {
+namespace gpu {
+namespace {
+
+// Makes `index` current on this thread (the runtime API's device is per thread).
+void use_device(int index) { TESSERA_CUDA_CHECK(cudaSetDevice(index)); }
+
+class CudaEvent : public Event {
+ public:
+  CudaEvent(int device, cudaStream_t stream) : device_(device) {
+    use_device(device);
+    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    TESSERA_CUDA_CHECK(cudaEventRecord(event_, stream));
+  }
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  bool done() override {
+    const cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaErrorNotReady) return false;
+    TESSERA_CUDA_CHECK(e);
+    return true;
+  }
+  // Polls rather than cudaEventSynchronize, which has no deadline.
+  void synchronize(Clock::time_point deadline, const std::string& what) override {
+    auto pause = std::chrono::microseconds(1);
+    while (!done()) {
+      if (Clock::now() > deadline) {
+        throw TimeoutError(detail::concat("timed out waiting for ", what, " on cuda:", device_));
+      }
+      std::this_thread::sleep_for(pause);
+      if (pause < std::chrono::microseconds(200)) pause *= 2;
+    }
+  }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  int device_;
+  cudaEvent_t event_ = nullptr;
+};
+
+class CudaStream : public Stream {
+ public:
+  explicit CudaStream(int device) : device_(device) {
+    use_device(device);
+    TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~CudaStream() override { cudaStreamDestroy(stream_); }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    use_device(device_);
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+  }
+  void batched_copy(const std::vector<CopyItem>& items, DataType dtype, double factor) override {
+    check_copy_factor(dtype, factor);
+    use_device(device_);
+    for (size_t i = 0; i < items.size(); i += kBatchedCopyItems) {
+      const size_t n = std::min(kBatchedCopyItems, items.size() - i);
+      launch_batched_copy(items.data() + i, n, dtype, factor, stream_);
+    }
+  }
+  void reduce(DataType dtype, ReduceOp op, const void* in, void* inout, size_t count) override {
+    TESSERA_CHECK(op != ReduceOp::kAverage,
+                  "a device reduction takes sum, min, max, prod, band or bor, not average");
+    use_device(device_);
+    launch_reduce(dtype, op, in, inout, count, stream_);
+  }
+  std::shared_ptr<Event> record() override {
+    return std::make_shared<CudaEvent>(device_, stream_);
+  }
+  void wait(const std::shared_ptr<Event>& event) override {
+    auto* cuda = dynamic_cast<CudaEvent*>(event.get());
+    TESSERA_CHECK(cuda != nullptr, "a CUDA stream can only wait on a CUDA event");
+    use_device(device_);
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(stream_, cuda->get(), 0));
+  }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+};
+
+class CudaDevice : public Device {
+ public:
+  explicit CudaDevice(int index) : index_(index) { use_device(index); }
+  DeviceType type() const override { return DeviceType::kCuda; }
+  int index() const override { return index_; }
+  std::string name() const override { return detail::concat("cuda:", index_); }
+  std::unique_ptr<Stream> new_stream() override { return std::make_unique<CudaStream>(index_); }
+  std::shared_ptr<void> allocate(size_t bytes) override {
+    use_device(index_);
+    void* p = nullptr;
+    TESSERA_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 256 : bytes));
+    const int index = index_;
+    return std::shared_ptr<void>(p, [index](void* q) {
+      cudaSetDevice(index);
+      cudaFree(q);
+    });
+  }
+  std::shared_ptr<void> allocate_host(size_t bytes) override {
+    void* p = nullptr;
+    TESSERA_CUDA_CHECK(cudaMallocHost(&p, bytes == 0 ? 256 : bytes));
+    return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+  }
+
+ private:
+  int index_;
+};
+
+}  // namespace
+
+bool cuda_built() { return true; }
+
+std::string cuda_unavailable_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    return detail::concat("no usable GPU: ", cudaGetErrorString(e), " (", cudaGetErrorName(e),
+                          ")");
+  }
+  return n == 0 ? "no GPU visible to this process" : "";
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clears the error, so a later call starts clean
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Device> cuda_device(int index) {
+  const int n = cuda_device_count();
+  if (n == 0) throw DeviceError(detail::concat("cuda:", index, " requested but ", cuda_unavailable_reason()));
+  if (index < 0 || index >= n) {
+    throw DeviceError(detail::concat("cuda:", index, " requested but this process sees ", n,
+                                     " GPU(s): cuda:0 to cuda:", n - 1));
+  }
+  return std::make_unique<CudaDevice>(index);
+}
+
+}  // namespace gpu
+}  // namespace tessera

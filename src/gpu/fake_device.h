@@ -1,0 +1,53 @@
+// A fake device for tests without a GPU: host memory, and streams that run their work later on
+// their own threads, each operation after a random delay, so that code which forgets to wait
+// for an event reads stale data or races, and a test sees it. Failures can be injected.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "gpu/device.h"
+
+namespace tessera {
+namespace gpu {
+
+struct FakeDeviceOptions {
+  int min_delay_us = 0;    // each operation sleeps a random min..max_delay_us before it runs
+  int max_delay_us = 200;
+  uint64_t seed = 1;       // of the delays (each stream draws from its own generator)
+  double wait_timeout_s = 60;  // a Stream::wait whose event never completes fails after this
+};
+
+class FakeDevice : public Device {
+ public:
+  explicit FakeDevice(FakeDeviceOptions options = {}, int index = 0);
+  DeviceType type() const override { return DeviceType::kCuda; }  // stands in for a GPU
+  int index() const override { return index_; }
+  std::string name() const override;
+  std::unique_ptr<Stream> new_stream() override;
+  std::shared_ptr<void> allocate(size_t bytes) override;
+  std::shared_ptr<void> allocate_host(size_t bytes) override;
+
+  // The next operation enqueued on any of this device's streams fails with `message` when it
+  // runs: that stream's later events report it (DeviceError), as a failed kernel does in CUDA.
+  void fail_next(const std::string& message);
+  // Operations run so far on all of this device's streams.
+  uint64_t operations_run() const { return ops_run_; }
+
+ private:
+  friend class FakeStream;
+  std::string take_failure();  // the injected failure, once ("" when none)
+
+  FakeDeviceOptions options_;
+  int index_;
+  std::atomic<uint64_t> streams_made_{0};
+  std::atomic<uint64_t> ops_run_{0};
+  std::mutex mu_;
+  std::string failure_;
+};
+
+}  // namespace gpu
+}  // namespace tessera

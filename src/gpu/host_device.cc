@@ -1,0 +1,93 @@
+// The host as a device: every operation runs at once on the calling thread, so every event is
+// complete when it is recorded. Today's CPU path, behind the device interface.
+#include <cstdlib>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/reduce.h"
+#include "gpu/device.h"
+#include "gpu/host_ops.h"
+
+namespace tessera {
+namespace gpu {
+
+const char* device_type_name(DeviceType type) {
+  return type == DeviceType::kCuda ? "cuda" : "cpu";
+}
+
+void host_batched_copy(const std::vector<CopyItem>& items, DataType dtype, double factor) {
+  check_copy_factor(dtype, factor);
+  for (const CopyItem& c : items) {
+    if (c.bytes == 0) continue;
+    if (factor == 1.0) {
+      std::memcpy(c.dst, c.src, c.bytes);
+    } else {
+      scale(dtype, factor, c.src, c.dst, c.bytes / dtype_size(dtype));
+    }
+  }
+}
+
+void check_copy_factor(DataType dtype, double factor) {
+  TESSERA_CHECK(factor == 1.0 || is_floating(dtype), "a scale factor (", factor,
+                ") applies to floating-point data (f32, f64, f16, bf16), not ", dtype_name(dtype));
+}
+
+void host_reduce(DataType dtype, ReduceOp op, const void* in, void* inout, size_t count) {
+  TESSERA_CHECK(op != ReduceOp::kAverage,
+                "a device reduction takes sum, min, max, prod, band or bor; average is a sum "
+                "followed by a scale");
+  reduce(dtype, op, inout, in, inout, count);
+}
+
+std::shared_ptr<void> host_allocate(size_t bytes) {
+  const size_t rounded = (bytes + 255) / 256 * 256;
+  void* p = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
+  if (p == nullptr) throw DeviceError(detail::concat("cannot allocate ", bytes, " bytes"));
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+namespace {
+
+class DoneEvent : public Event {
+ public:
+  bool done() override { return true; }
+  void synchronize(Clock::time_point, const std::string&) override {}
+};
+
+class HostStream : public Stream {
+ public:
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memmove(dst, src, bytes);
+  }
+  void batched_copy(const std::vector<CopyItem>& items, DataType dtype, double factor) override {
+    host_batched_copy(items, dtype, factor);
+  }
+  void reduce(DataType dtype, ReduceOp op, const void* in, void* inout, size_t count) override {
+    host_reduce(dtype, op, in, inout, count);
+  }
+  std::shared_ptr<Event> record() override { return std::make_shared<DoneEvent>(); }
+  void wait(const std::shared_ptr<Event>& event) override {
+    // Work enqueued here runs at once, so it must not start before `event`'s work has run.
+    event->synchronize(Clock::now() + std::chrono::hours(1), "an event of another stream");
+  }
+};
+
+class HostDevice : public Device {
+ public:
+  DeviceType type() const override { return DeviceType::kCpu; }
+  int index() const override { return 0; }
+  std::string name() const override { return "cpu"; }
+  std::unique_ptr<Stream> new_stream() override { return std::make_unique<HostStream>(); }
+  std::shared_ptr<void> allocate(size_t bytes) override { return host_allocate(bytes); }
+  std::shared_ptr<void> allocate_host(size_t bytes) override { return host_allocate(bytes); }
+};
+
+}  // namespace
+
+Device& host_device() {
+  static HostDevice device;
+  return device;
+}
+
+}  // namespace gpu
+}  // namespace tessera

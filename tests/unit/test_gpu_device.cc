@@ -1,0 +1,212 @@
+// The device interface: every implementation (host, fake, CUDA where a GPU exists) computes the
+// batched copy and the reductions exactly as the host's kernels do, for every dtype and op; the
+// fake device is truly asynchronous (events order the work, failures travel to the events).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/reduce.h"
+#include "gpu/device.h"
+#include "gpu/fake_device.h"
+
+namespace tessera {
+namespace gpu {
+namespace {
+
+const std::vector<DataType> kDtypes = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+                                       DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
+                                       DataType::kUInt8,    DataType::kInt8,    DataType::kInt16};
+
+Clock::time_point soon() { return Clock::now() + std::chrono::seconds(30); }
+
+// Random values of dtype: small integers, or multiples of 0.37 rounded to the float type.
+std::vector<unsigned char> random_data(DataType dtype, size_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> small(1, 9);
+  const size_t es = dtype_size(dtype);
+  std::vector<unsigned char> out(count * es);
+  const uint16_t one16 = dtype == DataType::kFloat16 ? 0x3c00 : 0x3f80;  // 1.0 in f16 / bf16
+  for (size_t i = 0; i < count; ++i) {
+    const int k = small(rng);
+    unsigned char* at = out.data() + i * es;
+    if (!is_floating(dtype)) {
+      const int64_t x = k;
+      std::memcpy(at, &x, es);  // little-endian: the low bytes
+    } else if (dtype == DataType::kFloat64) {
+      const double x = k * 0.37;
+      std::memcpy(at, &x, es);
+    } else if (dtype == DataType::kFloat32) {
+      const float x = static_cast<float>(k * 0.37);
+      std::memcpy(at, &x, es);
+    } else {
+      scale(dtype, k * 0.37, &one16, at, 1);  // 1.0 * x, rounded to the half type
+    }
+  }
+  return out;
+}
+
+// Runs host bytes through `device`: copies in, applies `op` on a stream, copies back.
+class DeviceRunner {
+ public:
+  explicit DeviceRunner(Device& d) : device_(d), stream_(d.new_stream()) {}
+  std::shared_ptr<void> upload(const std::vector<unsigned char>& host) {
+    auto buf = device_.allocate(host.size());
+    stream_->copy(buf.get(), host.data(), host.size());
+    return buf;
+  }
+  std::vector<unsigned char> download(const std::shared_ptr<void>& buf, size_t bytes) {
+    std::vector<unsigned char> host(bytes);
+    stream_->copy(host.data(), buf.get(), bytes);
+    stream_->record()->synchronize(soon(), "the download");
+    return host;
+  }
+  Stream& stream() { return *stream_; }
+
+ private:
+  Device& device_;
+  std::unique_ptr<Stream> stream_;
+};
+
+// Every device computes what the host's kernels compute, bit for bit.
+void check_conformance(Device& device) {
+  DeviceRunner run(device);
+  for (DataType dtype : kDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const size_t count = 1003;  // odd: the kernels' tails
+    const auto a = random_data(dtype, count, 1);
+    const auto b = random_data(dtype, count, 2);
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+      auto da = run.upload(a);
+      auto db = run.upload(b);
+      run.stream().reduce(dtype, op, da.get(), db.get(), count);
+      std::vector<unsigned char> want(b.size());
+      reduce(dtype, op, b.data(), a.data(), want.data(), count);
+      EXPECT_EQ(run.download(db, b.size()), want) << reduce_op_name(op);
+    }
+    // Batched copy of three pieces of odd sizes and offsets, plain and scaled.
+    for (double factor : {1.0, 0.25}) {
+      if (factor != 1.0 && !is_floating(dtype)) continue;
+      const size_t es = dtype_size(dtype);
+      auto src = run.upload(a);
+      auto dst = run.upload(std::vector<unsigned char>(a.size(), 0));
+      auto* s = static_cast<unsigned char*>(src.get());
+      auto* d = static_cast<unsigned char*>(dst.get());
+      const std::vector<CopyItem> items = {{s, d + 7 * es, 100 * es},
+                                           {s + 100 * es, d, 7 * es},
+                                           {s + 107 * es, d + 107 * es, 896 * es}};
+      run.stream().batched_copy(items, dtype, factor);
+      std::vector<unsigned char> want(a.size());
+      std::vector<unsigned char> scaled(a.size());
+      if (factor == 1.0) {
+        scaled = a;
+      } else {
+        scale(dtype, factor, a.data(), scaled.data(), count);
+      }
+      std::memcpy(want.data() + 7 * es, scaled.data(), 100 * es);
+      std::memcpy(want.data(), scaled.data() + 100 * es, 7 * es);
+      std::memcpy(want.data() + 107 * es, scaled.data() + 107 * es, 896 * es);
+      EXPECT_EQ(run.download(dst, a.size()), want) << "factor " << factor;
+    }
+  }
+  EXPECT_THROW(run.stream().batched_copy({}, DataType::kInt32, 0.5), InvalidArgument);
+  EXPECT_THROW(run.stream().reduce(DataType::kFloat32, ReduceOp::kAverage, nullptr, nullptr, 1),
+               InvalidArgument);
+}
+
+TEST(GpuDevice, HostDeviceMatchesTheHostKernels) { check_conformance(host_device()); }
+
+TEST(GpuDevice, FakeDeviceMatchesTheHostKernels) {
+  FakeDevice fake({0, 50, 7});
+  check_conformance(fake);
+}
+
+TEST(GpuDevice, CudaDeviceMatchesTheHostKernels) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU: " << cuda_unavailable_reason();
+  auto cuda = cuda_device(0);
+  check_conformance(*cuda);
+}
+
+TEST(GpuDevice, WithoutAGpuCudaDeviceSaysWhatIsMissing) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "this machine has a GPU";
+  try {
+    cuda_device(0);
+    FAIL() << "expected DeviceError";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:0 requested but"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(cuda_unavailable_reason()), std::string::npos);
+  }
+}
+
+TEST(FakeDevice, WorkRunsLaterOnTheStreamThread) {
+  FakeDevice fake({200000, 200000, 1});  // every operation waits 200 ms
+  auto stream = fake.new_stream();
+  int src = 42, dst = 0;
+  stream->copy(&dst, &src, sizeof(int));
+  auto event = stream->record();
+  EXPECT_FALSE(event->done());
+  EXPECT_EQ(dst, 0);  // still queued
+  event->synchronize(soon(), "the copy");
+  EXPECT_TRUE(event->done());
+  EXPECT_EQ(dst, 42);
+}
+
+TEST(FakeDevice, SynchronizeHasADeadline) {
+  FakeDevice fake({300000, 300000, 1});
+  auto stream = fake.new_stream();
+  int src = 1, dst = 0;
+  stream->copy(&dst, &src, sizeof(int));
+  EXPECT_THROW(stream->record()->synchronize(Clock::now() + std::chrono::milliseconds(10), "x"),
+               TimeoutError);
+}
+
+// Stream B waits on A's event: B's copy reads what A wrote, however A's delays fall.
+TEST(FakeDevice, AnEventOrdersWorkAcrossStreams) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    FakeDevice fake({0, 2000, seed});
+    auto a = fake.new_stream();
+    auto b = fake.new_stream();
+    std::vector<int> x(64, 0), y(64, -1), ones(64, 1);
+    for (int k = 0; k < 5; ++k) a->reduce(DataType::kInt32, ReduceOp::kSum, ones.data(), x.data(), 64);
+    b->wait(a->record());
+    b->copy(y.data(), x.data(), 64 * sizeof(int));
+    b->record()->synchronize(soon(), "b");
+    EXPECT_EQ(y, std::vector<int>(64, 5)) << "seed " << seed;
+  }
+}
+
+// A failing operation: the stream's later events fail with its message, later work on the
+// stream is skipped, and a stream that waits on one of those events inherits the failure.
+TEST(FakeDevice, AFailureReachesEveryLaterEventWithItsMessage) {
+  FakeDevice fake({0, 100, 3});
+  auto a = fake.new_stream();
+  auto b = fake.new_stream();
+  int src = 7, dst = 0, other = 0;
+  auto before = a->record();
+  fake.fail_next("fake kernel fault in batched copy");
+  a->copy(&dst, &src, sizeof(int));
+  auto after = a->record();
+  a->copy(&other, &src, sizeof(int));
+  auto later = a->record();
+  b->wait(later);
+  auto b_event = b->record();
+  EXPECT_NO_THROW(before->synchronize(soon(), "before"));
+  for (auto* e : {&after, &later, &b_event}) {
+    try {
+      (*e)->synchronize(soon(), "after");
+      FAIL() << "expected DeviceError";
+    } catch (const DeviceError& err) {
+      EXPECT_STREQ(err.what(), "fake kernel fault in batched copy");
+    }
+    EXPECT_THROW((*e)->done(), DeviceError);
+  }
+  EXPECT_EQ(dst, 0);
+  EXPECT_EQ(other, 0);  // skipped, as CUDA skips work after a sticky error
+}
+
+}  // namespace
+}  // namespace gpu
+}  // namespace tessera
