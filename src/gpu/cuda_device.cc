@@ -80,16 +80,14 @@ class CudaStream : public Stream {
     use_device(device_);
     launch_reduce(dtype, op, in, inout, count, stream_);
   }
-  std::shared_ptr<Event> record() override {
-    return std::make_shared<CudaEvent>(device_, stream_);
-  }
+  std::shared_ptr<Event> record() override { return std::make_shared<CudaEvent>(device_, stream_); }
   void wait(const std::shared_ptr<Event>& event) override {
     auto* cuda = dynamic_cast<CudaEvent*>(event.get());
     TESSERA_CHECK(cuda != nullptr, "a CUDA stream can only wait on a CUDA event");
     use_device(device_);
     TESSERA_CUDA_CHECK(cudaStreamWaitEvent(stream_, cuda->get(), 0));
   }
-  cudaStream_t get() const { return stream_; }
+  void* native_handle() override { return stream_; }
 
  private:
   int device_;
@@ -102,6 +100,11 @@ class CudaDevice : public Device {
   DeviceType type() const override { return DeviceType::kCuda; }
   int index() const override { return index_; }
   std::string name() const override { return detail::concat("cuda:", index_); }
+  std::string physical_id() const override {
+    char bus[64] = {};
+    TESSERA_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), index_));
+    return bus;
+  }
   std::unique_ptr<Stream> new_stream() override { return std::make_unique<CudaStream>(index_); }
   std::shared_ptr<void> allocate(size_t bytes) override {
     use_device(index_);
@@ -131,8 +134,7 @@ std::string cuda_unavailable_reason() {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    return detail::concat("no usable GPU: ", cudaGetErrorString(e), " (", cudaGetErrorName(e),
-                          ")");
+    return detail::concat("no usable GPU: ", cudaGetErrorString(e), " (", cudaGetErrorName(e), ")");
   }
   return n == 0 ? "no GPU visible to this process" : "";
 }
@@ -148,7 +150,8 @@ int cuda_device_count() {
 
 std::unique_ptr<Device> cuda_device(int index) {
   const int n = cuda_device_count();
-  if (n == 0) throw DeviceError(detail::concat("cuda:", index, " requested but ", cuda_unavailable_reason()));
+  if (n == 0)
+    throw DeviceError(detail::concat("cuda:", index, " requested but ", cuda_unavailable_reason()));
   if (index < 0 || index >= n) {
     throw DeviceError(detail::concat("cuda:", index, " requested but this process sees ", n,
                                      " GPU(s): cuda:0 to cuda:", n - 1));

@@ -57,8 +57,7 @@ class Stream {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   // Every item in one launch: dst = src * factor, element-wise in dtype (factor 1: a plain copy,
   // any dtype). Items must not overlap one another.
-  virtual void batched_copy(const std::vector<CopyItem>& items, DataType dtype,
-                            double factor) = 0;
+  virtual void batched_copy(const std::vector<CopyItem>& items, DataType dtype, double factor) = 0;
   // inout[i] = op(inout[i], in[i]) for count elements (kAverage is not a reduction: use kSum and
   // scale).
   virtual void reduce(DataType dtype, ReduceOp op, const void* in, void* inout, size_t count) = 0;
@@ -66,6 +65,8 @@ class Stream {
   virtual std::shared_ptr<Event> record() = 0;
   // Work enqueued after this waits for `event` (recorded on any stream of the same device).
   virtual void wait(const std::shared_ptr<Event>& event) = 0;
+  // The cudaStream_t of a CUDA stream (for NCCL), nullptr for the others.
+  virtual void* native_handle() { return nullptr; }
 };
 
 class Device {
@@ -75,6 +76,10 @@ class Device {
   virtual int index() const = 0;
   // "cuda:0", "cpu", "fake:0".
   virtual std::string name() const = 0;
+  // Equal for two processes exactly when they use the same physical device: a GPU's PCI bus
+  // id; "fake:<index>" for the fake device (so every rank's fake device 0 is one "GPU", as on
+  // a one-GPU machine); "cpu" for the host.
+  virtual std::string physical_id() const = 0;
   virtual std::unique_ptr<Stream> new_stream() = 0;
   // Device memory of `bytes` (at least 256-byte aligned), freed when the last owner lets go
   // (after the work using it has run: the caller keeps it until then).

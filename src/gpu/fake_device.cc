@@ -48,8 +48,8 @@ class FakeEvent : public Event {
 
 class FakeStream : public Stream {
  public:
-  FakeStream(FakeDevice& device, uint64_t seed)
-      : device_(device), rng_(seed), worker_([this] { run(); }) {}
+  FakeStream(FakeDevice& device, uint64_t seed, bool slow)
+      : device_(device), rng_(seed), slow_(slow), worker_([this] { run(); }) {}
   ~FakeStream() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -126,8 +126,9 @@ class FakeStream : public Stream {
     cv_.notify_all();
   }
   void run() {
-    std::uniform_int_distribution<int> delay(device_.options_.min_delay_us,
-                                            device_.options_.max_delay_us);
+    const auto& o = device_.options_;
+    std::uniform_int_distribution<int> delay(slow_ ? o.slow_delay_us : o.min_delay_us,
+                                             slow_ ? o.slow_delay_us : o.max_delay_us);
     for (;;) {
       std::function<void()> op;
       {
@@ -144,6 +145,7 @@ class FakeStream : public Stream {
 
   FakeDevice& device_;
   std::mt19937_64 rng_;
+  bool slow_;
   std::string error_;  // the first failure; touched only by the worker thread
   std::mutex mu_;
   std::condition_variable cv_;
@@ -152,13 +154,14 @@ class FakeStream : public Stream {
   std::thread worker_;  // last: starts after the members it uses
 };
 
-FakeDevice::FakeDevice(FakeDeviceOptions options, int index)
-    : options_(options), index_(index) {}
+FakeDevice::FakeDevice(FakeDeviceOptions options, int index) : options_(options), index_(index) {}
 
 std::string FakeDevice::name() const { return detail::concat("fake:", index_); }
 
 std::unique_ptr<Stream> FakeDevice::new_stream() {
-  return std::make_unique<FakeStream>(*this, options_.seed * 1000003 + streams_made_++);
+  const uint64_t k = streams_made_++;
+  return std::make_unique<FakeStream>(*this, options_.seed * 1000003 + k,
+                                      static_cast<int64_t>(k) == options_.slow_stream);
 }
 
 std::shared_ptr<void> FakeDevice::allocate(size_t bytes) { return host_allocate(bytes); }

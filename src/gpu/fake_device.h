@@ -15,10 +15,15 @@ namespace tessera {
 namespace gpu {
 
 struct FakeDeviceOptions {
-  int min_delay_us = 0;    // each operation sleeps a random min..max_delay_us before it runs
+  int min_delay_us = 0;  // each operation sleeps a random min..max_delay_us before it runs
   int max_delay_us = 200;
-  uint64_t seed = 1;       // of the delays (each stream draws from its own generator)
+  uint64_t seed = 1;           // of the delays (each stream draws from its own generator)
   double wait_timeout_s = 60;  // a Stream::wait whose event never completes fails after this
+  // The stream made `slow_stream`-th on this device (from 0; -1: none) sleeps slow_delay_us
+  // before each operation instead: one stream lagging far behind the others exposes a missing
+  // wait that random delays of the same size would hide.
+  int slow_stream = -1;
+  int slow_delay_us = 0;
 };
 
 class FakeDevice : public Device {
@@ -27,6 +32,7 @@ class FakeDevice : public Device {
   DeviceType type() const override { return DeviceType::kCuda; }  // stands in for a GPU
   int index() const override { return index_; }
   std::string name() const override;
+  std::string physical_id() const override { return name(); }
   std::unique_ptr<Stream> new_stream() override;
   std::shared_ptr<void> allocate(size_t bytes) override;
   std::shared_ptr<void> allocate_host(size_t bytes) override;

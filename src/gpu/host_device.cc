@@ -11,9 +11,7 @@
 namespace tessera {
 namespace gpu {
 
-const char* device_type_name(DeviceType type) {
-  return type == DeviceType::kCuda ? "cuda" : "cpu";
-}
+const char* device_type_name(DeviceType type) { return type == DeviceType::kCuda ? "cuda" : "cpu"; }
 
 void host_batched_copy(const std::vector<CopyItem>& items, DataType dtype, double factor) {
   check_copy_factor(dtype, factor);
@@ -77,6 +75,7 @@ class HostDevice : public Device {
   DeviceType type() const override { return DeviceType::kCpu; }
   int index() const override { return 0; }
   std::string name() const override { return "cpu"; }
+  std::string physical_id() const override { return "cpu"; }
   std::unique_ptr<Stream> new_stream() override { return std::make_unique<HostStream>(); }
   std::shared_ptr<void> allocate(size_t bytes) override { return host_allocate(bytes); }
   std::shared_ptr<void> allocate_host(size_t bytes) override { return host_allocate(bytes); }

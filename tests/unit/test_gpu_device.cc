@@ -53,6 +53,7 @@ std::vector<unsigned char> random_data(DataType dtype, size_t count, uint32_t se
 class DeviceRunner {
  public:
   explicit DeviceRunner(Device& d) : device_(d), stream_(d.new_stream()) {}
+  // Asynchronous, as cudaMemcpyAsync: `host` must outlive the stream's work.
   std::shared_ptr<void> upload(const std::vector<unsigned char>& host) {
     auto buf = device_.allocate(host.size());
     stream_->copy(buf.get(), host.data(), host.size());
@@ -92,7 +93,8 @@ void check_conformance(Device& device) {
       if (factor != 1.0 && !is_floating(dtype)) continue;
       const size_t es = dtype_size(dtype);
       auto src = run.upload(a);
-      auto dst = run.upload(std::vector<unsigned char>(a.size(), 0));
+      const std::vector<unsigned char> zeros(a.size(), 0);  // read by the stream later
+      auto dst = run.upload(zeros);
       auto* s = static_cast<unsigned char*>(src.get());
       auto* d = static_cast<unsigned char*>(dst.get());
       const std::vector<CopyItem> items = {{s, d + 7 * es, 100 * es},
@@ -170,7 +172,8 @@ TEST(FakeDevice, AnEventOrdersWorkAcrossStreams) {
     auto a = fake.new_stream();
     auto b = fake.new_stream();
     std::vector<int> x(64, 0), y(64, -1), ones(64, 1);
-    for (int k = 0; k < 5; ++k) a->reduce(DataType::kInt32, ReduceOp::kSum, ones.data(), x.data(), 64);
+    for (int k = 0; k < 5; ++k)
+      a->reduce(DataType::kInt32, ReduceOp::kSum, ones.data(), x.data(), 64);
     b->wait(a->record());
     b->copy(y.data(), x.data(), 64 * sizeof(int));
     b->record()->synchronize(soon(), "b");
