@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/device_selector.h"
 #include "comm/pipelining.h"
 #include "comm/selector.h"
 #include "common/settings.h"
@@ -44,6 +45,16 @@ inline constexpr TextSetting kCostTable{
     "cost table written by `tessera bench allreduce --calibrate`; `auto` uses its measured "
     "curves where the rank and node counts match, its fitted link parameters elsewhere. Rank 0 "
     "reads it for everyone"};
+void check_device_backend(const std::string& text);  // parse_device_backend, for kDeviceBackend
+inline constexpr TextSetting kDeviceBackend{
+    "TESSERA_DEVICE_BACKEND",
+    "auto",
+    "auto",
+    "`auto`, `nccl`, `ipc`, `staged` or `hierarchical`",
+    "backend of the collectives on GPU buffers: `auto` takes NCCL where every rank has its own "
+    "GPU and host staging otherwise; a forced backend that cannot run (NCCL with two ranks on "
+    "one GPU) is an error naming the ranks",
+    check_device_backend};
 
 // What collectives on one communicator use. Every rank of a communicator holds the same.
 struct Settings {
@@ -55,6 +66,7 @@ struct Settings {
   int colors = static_cast<int>(kColors.fallback);
   size_t segment_bytes = kSegmentBytes.fallback;
   size_t shm_bytes = kShmBytes.fallback;
+  DeviceBackend device_backend = DeviceBackend::kAuto;
   // The table `auto` chooses by: built in, or TESSERA_COST_TABLE's (read by init on rank 0).
   std::shared_ptr<const CostTable> cost_table = std::make_shared<const CostTable>();
 

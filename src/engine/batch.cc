@@ -38,6 +38,9 @@ void Engine::Impl::trace_batch(const std::vector<Pending*>& items, const char* p
 
 void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
   const Request& r = items.front()->req;
+  if (r.spec.device != gpu::DeviceType::kCpu && r.spec.op != OpType::kJoin) {
+    return run_device_batch(items);
+  }
   const size_t block = r.spec.elements() / static_cast<size_t>(comm->size());
   if (timeline.active()) {
     const auto start = Clock::now();

@@ -15,6 +15,7 @@
 #include "common/activity.h"
 #include "common/error.h"
 #include "engine/process_set.h"
+#include "gpu/device.h"
 
 namespace tessera {
 namespace engine {
@@ -127,6 +128,7 @@ int Engine::add_process_set(std::vector<int> ranks) {
   if (member) {
     auto impl = std::make_unique<Impl>(*sub, options_);
     impl->set_id = id;
+    impl->dev.device = device_;
     impl->start();
     sets_.push_back(std::move(impl));
   } else {
@@ -154,6 +156,33 @@ Engine::~Engine() {
   for (auto& set : sets_) {
     if (set && set->thread.joinable()) set->thread.join();
   }
+}
+
+void Engine::set_device(gpu::Device& device) {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  TESSERA_CHECK(device_ == nullptr || device_ == &device, "this rank's engine already uses ",
+                device_ ? device_->name() : "", "; a rank keeps one device (asked for ",
+                device.name(), ")");
+  device_ = &device;
+  for (auto& set : sets_) {
+    if (!set) continue;
+    std::lock_guard<std::mutex> set_lock(set->mu);
+    set->dev.device = &device;
+  }
+}
+
+// Host buffers (no device, or a CPU one) or this rank's device; sets spec.device.
+void Engine::resolve_device(Request& r) const {
+  if (r.device != nullptr && r.device->type() == gpu::DeviceType::kCpu) r.device = nullptr;
+  r.spec.device = r.device ? r.device->type() : gpu::DeviceType::kCpu;
+  if (r.device == nullptr) return;
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  TESSERA_CHECK(device_ != nullptr, "'", r.spec.name, "' is on ", r.device->name(),
+                " but this rank's engine has no device: call set_device first (host tensors "
+                "need none)");
+  TESSERA_CHECK(r.device == device_, "'", r.spec.name, "' is on ", r.device->name(),
+                " but this rank's engine uses ", device_->name(),
+                "; each rank moves tensors of its one device (or host tensors)");
 }
 
 int Engine::rank() const { return base_->rank(); }
@@ -312,7 +341,8 @@ std::vector<Handle> Engine::enqueue_group_impl(std::vector<Request> requests, bo
   Impl& m = set_for(set);
   // Validate everything before enqueuing anything: a bad request leaves no trace.
   std::vector<std::string> names;
-  for (const Request& r : requests) {
+  for (Request& r : requests) {
+    resolve_device(r);
     check_request(r, m.comm->size());
     names.push_back(r.spec.name);
   }

@@ -32,6 +32,10 @@ namespace tessera {
 namespace comm {
 class Communicator;
 }
+namespace gpu {
+class Device;
+class Event;
+}  // namespace gpu
 namespace engine {
 
 // One collective to enqueue. Buffers must stay valid until the handle is done.
@@ -39,6 +43,15 @@ struct Request {
   TensorSpec spec;
   const void* input = nullptr;
   void* output = nullptr;  // allreduce, reduce-scatter, alltoall: caller's; broadcast: in place
+  // Device tensors: the device the buffers are on (the engine's, set_device; nullptr or a CPU
+  // device: host buffers). The engine sets spec.device from it.
+  gpu::Device* device = nullptr;
+  // The producer's readiness: an event recorded on its stream after the work that writes the
+  // buffers (nullptr: ready now). The engine's stream waits on it; the host never does.
+  std::shared_ptr<gpu::Event> ready;
+  // Owners of the buffers' memory, held until the device work on them has run (the caller may
+  // drop its own references once enqueued).
+  std::vector<std::shared_ptr<void>> keep_alive;
 };
 
 class Engine {
@@ -54,6 +67,11 @@ class Engine {
 
   int rank() const;
   int size() const;
+
+  // This rank's device for device tensors (a GPU per process, as with NCCL or Horovod): set it
+  // before enqueuing the first, and keep it; it must outlive the engine. Each process set gets
+  // its own stream on it, and the collectives' device state (staging, NCCL) lazily.
+  void set_device(gpu::Device& device);
 
   Handle enqueue_allreduce(const std::string& name, const void* input, void* output, DataType dtype,
                            std::vector<int64_t> shape, ReduceOp op = ReduceOp::kAverage,
@@ -157,6 +175,8 @@ class Engine {
   std::vector<Handle> enqueue_group_impl(std::vector<Request> requests, bool as_group,
                                          bool carries_tunables = false);
 
+  void resolve_device(Request& r) const;
+
   struct Impl;  // one process set: its communicator, negotiation state and thread
   Impl& set_for(int id) const;
 
@@ -165,6 +185,7 @@ class Engine {
   mutable std::mutex sets_mu_;
   std::vector<std::unique_ptr<Impl>> sets_;  // by id; nullptr where this rank is no member
   std::vector<bool> removed_;                // by id: remove_process_set was called
+  gpu::Device* device_ = nullptr;            // set_device's; sets made later get it too
   uint64_t tunables_calls_ = 0;              // names each set_tunables broadcast
   int activity_id_ = -1;                     // the reporter of in-flight work (common/activity.h)
 

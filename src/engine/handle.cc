@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "gpu/device.h"
 
 namespace tessera {
 namespace engine {
@@ -18,8 +19,23 @@ void HandleState::finish(std::exception_ptr e) {
 
 bool Handle::poll() const {
   if (!state_) return true;
+  std::shared_ptr<gpu::Event> completion;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (!state_->done) return false;
+    completion = state_->completion;
+  }
+  try {
+    return completion == nullptr || completion->done();
+  } catch (const std::exception&) {
+    return true;  // failed: finished, and wait() says why
+  }
+}
+
+std::shared_ptr<gpu::Event> Handle::completion() const {
+  if (!state_) return nullptr;
   std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->done;
+  return state_->done && !state_->error ? state_->completion : nullptr;
 }
 
 bool Handle::wait_for(double seconds) const {
@@ -40,6 +56,14 @@ void Handle::wait(double timeout_s) const {
         detail::concat("collective '", state_->name, "' not finished after ", timeout_s, " s"));
   }
   if (state_->error) std::rethrow_exception(state_->error);
+  if (state_->completion) {
+    const double s = timeout_s < 0 ? state_->device_timeout_s : timeout_s;
+    auto completion = state_->completion;
+    lock.unlock();  // the engine may finish other handles meanwhile
+    completion->synchronize(gpu::Clock::now() + std::chrono::duration_cast<gpu::Clock::duration>(
+                                                    std::chrono::duration<double>(s)),
+                            "the device work of collective '" + state_->name + "'");
+  }
 }
 
 }  // namespace engine

@@ -122,6 +122,7 @@ void Engine::Impl::run() {
   } catch (...) {
     fail_all(std::current_exception());
   }
+  release_device_work(/*all=*/true);  // the stream may still read the callers' tensors
   stopped = true;
 }
 
@@ -266,6 +267,11 @@ Engine::Impl::Pending Engine::Impl::stand_in(const TensorSpec& spec, bool with_b
 
 void Engine::Impl::take_decisions(std::vector<Ready>* ready) {
   for (Coordinator::Decision& d : coordinator.take_complete()) {
+    if (d.error.empty() && !d.joined.empty() && d.spec.device != gpu::DeviceType::kCpu) {
+      // Every rank knows who joined, so every rank fails it alike.
+      d.error = "'" + d.name + "' is on " + gpu::device_type_name(d.spec.device) +
+                " while a rank has joined: join() takes host tensors only, for now";
+    }
     const ResponseCache::Lookup l = cache.lookup(d.spec);
     // A join is never cached: each join must reach the coordinator, which marks the joined rank.
     const bool is_join = d.spec.op == OpType::kJoin;
@@ -396,6 +402,7 @@ void Engine::Impl::execute(const std::vector<Ready>& ready) {
   for (const FusionBatch& b : plan_fusion(specs, opt.tunables.fusion_threshold)) {
     std::vector<Pending*> items;
     for (size_t i : b.items) items.push_back(ok[i]);
+    if (!device_batch_can_run(items)) continue;
     run_batch(items);
     // After the broadcast that carries them has run, every rank holds rank 0's settings; every
     // rank reaches this point in the same cycle at the same batch, so all switch together.

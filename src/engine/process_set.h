@@ -16,12 +16,14 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/device_collectives.h"
 #include "comm/selector.h"
 #include "engine/bit_vector.h"
 #include "engine/coordinator.h"
 #include "engine/engine.h"
 #include "engine/response_cache.h"
 #include "engine/timeline.h"
+#include "gpu/device.h"
 
 namespace tessera {
 namespace engine {
@@ -44,6 +46,20 @@ struct Engine::Impl {
     bool carries_tunables = false;      // set_tunables' broadcast: switch once it has run
     int contributors = 0;               // ranks that did not join (0: all); averages divide by it
     std::vector<char> own_in, own_out;  // a joined rank's stand-in: the identity, and scratch
+  };
+  // The set's device work (device_batch.cc): its own stream on the rank's device, the device
+  // collectives' state, the device fusion buffer, and what must live until queued work has run.
+  struct DeviceState {
+    gpu::Device* device = nullptr;  // Engine::set_device's (under mu; read by the engine thread)
+    std::unique_ptr<gpu::Stream> stream;
+    std::unique_ptr<comm::DeviceContext> context;  // made by the set's first device batch
+    std::shared_ptr<void> fusion;
+    size_t fusion_bytes = 0;
+    struct InFlight {
+      std::shared_ptr<gpu::Event> done;
+      std::vector<std::shared_ptr<void>> keep;
+    };
+    std::deque<InFlight> in_flight;  // oldest first
   };
   struct Ready {
     Pending* pending;   // an entry of `pending` (map nodes stay put until erased)
@@ -96,6 +112,7 @@ struct Engine::Impl {
   double idle_wait_ms = 1.0;  // the wait before the next cycle: longer while all are idle
   Timeline timeline;
   Clock::time_point last_flush;
+  DeviceState dev;
 
   int set_id = 0;
 
@@ -123,6 +140,17 @@ struct Engine::Impl {
   void run_batch(const std::vector<Pending*>& items);
   void run_allreduce(const std::vector<Pending*>& items);
   void run_allgather(Pending& p);
+  // The same on device buffers (device_batch.cc). device_batch_can_run first (true for host
+  // batches): it makes the set's device state and fails a batch whose backend cannot run.
+  bool device_batch_can_run(const std::vector<Pending*>& items);
+  void run_device_batch(const std::vector<Pending*>& items);
+  void run_device_allreduce(const std::vector<Pending*>& items);
+  void run_device_allgather(Pending& p);
+  char* device_fusion(size_t bytes);
+  comm::DeviceOptions device_options() const;  // from the set's communicator's settings
+  // Drops what queued device work no longer needs; with `all`, first waits (to the set's
+  // timeout) for all of it, as at shutdown.
+  void release_device_work(bool all);
   void trace_batch(const std::vector<Pending*>& items, const char* phase, Clock::time_point begin,
                    size_t bytes);
   void complete(const std::vector<Pending*>& items, std::exception_ptr e);

@@ -53,6 +53,10 @@ std::string spec_difference(const TensorSpec& a, const TensorSpec& b) {
   if (a.op != b.op) return std::string("op ") + op_type_name(a.op) + " vs " + op_type_name(b.op);
   if (a.dtype != b.dtype)
     return std::string("dtype ") + dtype_name(a.dtype) + " vs " + dtype_name(b.dtype);
+  if (a.device != b.device) {
+    return std::string("device ") + gpu::device_type_name(a.device) + " vs " +
+           gpu::device_type_name(b.device);
+  }
   bool shapes_agree = a.shape == b.shape;
   if (!shapes_agree && a.op == OpType::kAllgather && a.shape.size() == b.shape.size() &&
       !a.shape.empty()) {
@@ -84,7 +88,7 @@ std::string spec_difference(const TensorSpec& a, const TensorSpec& b) {
 bool fusable(const TensorSpec& a, const TensorSpec& b) {
   return a.op == OpType::kAllreduce && b.op == OpType::kAllreduce && a.dtype == b.dtype &&
          a.reduce_op == b.reduce_op && a.prescale == b.prescale && a.postscale == b.postscale &&
-         a.process_set == b.process_set;
+         a.process_set == b.process_set && a.device == b.device;
 }
 
 }  // namespace engine

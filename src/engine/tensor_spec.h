@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "gpu/device.h"
 
 namespace tessera {
 namespace engine {
@@ -39,6 +40,9 @@ struct TensorSpec {
   int group = -1;                       // grouped collectives: released together; -1 none
   int group_size = 0;                   // members of the group
   int process_set = 0;                  // 0: the global set
+  // Where input and output live (set by the engine from Request::device): ranks must agree,
+  // since a host buffer on one rank and a device buffer on another take different paths.
+  gpu::DeviceType device = gpu::DeviceType::kCpu;
 
   // Elements and bytes of this rank's input.
   size_t elements() const;
@@ -49,8 +53,8 @@ struct TensorSpec {
 // allgather may differ in the first dimension (each rank contributes its own rows).
 std::string spec_difference(const TensorSpec& a, const TensorSpec& b);
 
-// Fusion compatibility: same op, dtype, reduce op, scale factors and process set (such tensors
-// can share one collective over a packed buffer). Only allreduce fuses today.
+// Fusion compatibility: same op, dtype, reduce op, scale factors, process set and device (such
+// tensors can share one collective over a packed buffer). Only allreduce fuses today.
 bool fusable(const TensorSpec& a, const TensorSpec& b);
 
 }  // namespace engine

@@ -9,7 +9,7 @@ namespace tessera {
 namespace engine {
 namespace {
 
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;  // 2: TensorSpec::device
 constexpr uint32_t kMaxNameBytes = 1 << 16;
 constexpr uint32_t kMaxDims = 64;
 
@@ -94,6 +94,7 @@ std::string encode_specs(const std::vector<TensorSpec>& specs) {
     w.put<int32_t>(s.group);
     w.put<int32_t>(s.group_size);
     w.put<int32_t>(s.process_set);
+    w.put<uint8_t>(static_cast<uint8_t>(s.device));
   }
   return w.take();
 }
@@ -127,6 +128,7 @@ std::vector<TensorSpec> decode_specs(const char* data, size_t size) {
     s.group = r.get<int32_t>("group");
     s.group_size = r.get<int32_t>("group size");
     s.process_set = r.get<int32_t>("process set");
+    s.device = get_enum<gpu::DeviceType>(r, "device", static_cast<int>(gpu::DeviceType::kCuda));
     specs.push_back(std::move(s));
   }
   if (!r.done()) r.fail("end", "trailing bytes after " + std::to_string(n) + " specs");
