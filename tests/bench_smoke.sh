@@ -39,6 +39,23 @@ check "bench allreduce i32 band" 0 "#wrong total: 0" "$out" $rc
 out=$(run bench allreduce -d f32 -o bor -n 1 2>&1); rc=$?
 check "bor on f32 refused" 2 "bitwise and not defined on floating dtype f32" "$out" $rc
 
+# Device buffers on the test device (the same table a GPU fills): every collective exact,
+# the ceilings and the fusion figure printed; a GPU asked for where there is none, refused.
+for c in allreduce allgather broadcast reduce-scatter alltoall; do
+  out=$(run bench "$c" --device fake -b 4K -e 256K -f 8 -n 2 -w 1 2>&1); rc=$?
+  check "bench $c --device fake" 0 "#wrong total: 0" "$out" $rc
+done
+check "bench --device fake: ceilings" 0 "ceilings while every rank copies: device copy" "$out" $rc
+out=$(run bench allreduce --device fake -d bf16 -o avg -e 64K -f 16 -n 2 2>&1); rc=$?
+check "bench --device fake: fusion" 0 "fusion of ResNet-50's 161 gradients" "$out" $rc
+check "bench --device fake bf16 avg" 0 "#wrong total: 0" "$out" $rc
+if ! nvidia-smi > /dev/null 2>&1; then
+  out=$(run bench allreduce --device cuda -n 1 2>&1); rc=$?
+  check "bench --device cuda without a GPU" 2 "--device cuda: no usable GPU here" "$out" $rc
+fi
+out=$(run bench allreduce --device fake --backend nccl -n 1 2>&1); rc=$?
+check "bench --backend nccl on the fake device" 2 "device backend nccl cannot run here" "$out" $rc
+
 out=$(run bench allreduce --calibrate -e 1M -n 3 -w 1 --table "$work/table.json" 2>&1); rc=$?
 check "calibrate" 0 "wrote $work/table.json" "$out" $rc
 grep -q '"measured"' "$work/table.json" || { echo "FAIL calibrate: no measured curves"; fail=1; }

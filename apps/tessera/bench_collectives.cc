@@ -37,7 +37,8 @@ struct Buffer {
   char* get() const { return p.get(); }
 };
 
-// Value rank r contributes at element i; small integers, exact in every dtype.
+}  // namespace
+
 double input_value(int r, size_t i) { return (r + 1) * static_cast<double>(i % 5 + 1); }
 
 double expected_allreduce(ReduceOp op, int n, size_t i) {
@@ -70,8 +71,6 @@ double expected_allreduce(ReduceOp op, int n, size_t i) {
   return 0;
 }
 
-// Elements whose value differs from `expected` (relative 1e-2 for f16/bf16, exact otherwise;
-// integers compare after the same wrap-around the dtype applies).
 long count_wrong(DataType dtype, const void* data, size_t count,
                  const std::function<double(size_t)>& expected) {
   long wrong = 0;
@@ -88,6 +87,8 @@ long count_wrong(DataType dtype, const void* data, size_t count,
   return wrong;
 }
 
+namespace {
+
 struct Row {
   size_t bytes = 0;
   size_t count = 0;
@@ -99,9 +100,8 @@ struct Row {
   double vs_mpi = 0;  // MPI's time / this time (> 1: faster than MPI)
 };
 
-// The row's time per call: calls run in batches long enough (>= 50 us) for the clock's
-// resolution not to matter; the median over `iterations` batches on each rank, then the
-// slowest rank's. Every rank runs the same number of calls (the batch size is agreed).
+}  // namespace
+
 double time_calls(Communicator& world, int warmup, int iterations,
                   const std::function<void()>& fn) {
   comm::AllreduceOptions max;
@@ -147,6 +147,8 @@ double bus_factor(const std::string& collective, int n) {
   if (collective == "broadcast") return 1.0;
   return static_cast<double>(n - 1) / n;  // allgather, reduce-scatter, alltoall
 }
+
+namespace {
 
 std::vector<std::string> algorithm_list(const BenchOptions& o) {
   std::vector<std::string> names;
@@ -326,6 +328,7 @@ double fusion_copy_gbps(Communicator& world) {
 }  // namespace
 
 int run_bench(const BenchOptions& o) {
+  if (o.device != "cpu") return run_device_bench(o);
   auto world = Communicator::world();
   if (o.calibrate) return run_calibration(o, *world);
   const int n = world->size();

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/tessera/bench_cli.h"
 #include "apps/tessera/bench_collectives.h"
 #include "apps/tessera/bench_engine.h"
 #include "apps/tessera/data_cli.h"
@@ -27,7 +28,6 @@
 namespace {
 
 // CLI11 validator-free conversion of "64K"/"1MiB"/"4096" through the settings' byte parser.
-size_t bytes_arg(const std::string& s) { return tessera::parse_bytes(s); }
 
 // `tessera tune` passes its options here; every other command starts with none.
 int run(int argc, char** argv, const tessera::SettingValues& explicit_settings);
@@ -107,11 +107,8 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
   CLI::App app{"tessera: data- and spatially-parallel training of convolutional networks over MPI"};
   app.require_subcommand(1);
 
-  tessera::app::BenchOptions bench;
-  // The size flags take text ("64K"); their defaults are BenchOptions'.
-  std::string min_b = tessera::format_bytes(bench.min_bytes),
-              max_b = tessera::format_bytes(bench.max_bytes), dtype = "f32", op = "sum";
-  std::vector<std::string> algos;
+  tessera::app::BenchFlags bench_flags;
+  tessera::app::BenchOptions& bench = bench_flags.options;
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmark a collective beside MPI's own");
   bench_cmd
       ->add_option("collective", bench.collective,
@@ -120,24 +117,7 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
       ->required()
       ->check(CLI::IsMember({"allreduce", "allgather", "broadcast", "reduce-scatter", "alltoall",
                              "engine", "train", "data", "spatial"}));
-  bench_cmd->add_option("-b,--minbytes", min_b, "smallest size (bytes; K/M/G suffixes)");
-  bench_cmd->add_option("-e,--maxbytes", max_b, "largest size (bytes; K/M/G suffixes)");
-  bench_cmd->add_option("-f,--stepfactor", bench.factor, "size multiplier between rows");
-  bench_cmd->add_option("-n,--iters", bench.iterations, "timed calls per row")
-      ->check(CLI::Range(1, 1000000));
-  bench_cmd->add_option("-w,--warmup_iters,--warmup", bench.warmup, "untimed calls per row")
-      ->check(CLI::Range(0, 1000000));
-  bench_cmd
-      ->add_option("--algo", algos,
-                   "allreduce algorithms: auto ring rhd dbtree multicolor hierarchical mpi, "
-                   "or all, comma-separated (mpi is always measured as the reference)")
-      ->delimiter(',');
-  bench_cmd->add_option("-d,--datatype", dtype, "f32 f64 f16 bf16 i32 i64 u8");
-  bench_cmd->add_option("-o,--op", op, "sum avg min max prod band bor");
-  bench_cmd->add_option("--json", bench.json_path, "also write the rows as JSON to this file");
-  bench_cmd->add_flag("--calibrate", bench.calibrate,
-                      "allreduce: measure every algorithm and write the cost table for auto");
-  bench_cmd->add_option("--table", bench.table_path, "where --calibrate writes the cost table");
+  tessera::app::add_collective_bench_flags(*bench_cmd, bench_flags);
 
   tessera::train::TrainBenchOptions train_bench;
   tessera::app::add_train_bench_options(*bench_cmd, train_bench);
@@ -167,7 +147,8 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
 
   // A later -f/-b/... on the command line overrides an earlier one (scripts add their own).
   for (CLI::Option* opt : bench_cmd->get_options()) {
-    if (opt->get_name() != "--algo" && opt->get_name() != "--workers")
+    if (opt->get_name() != "--algo" && opt->get_name() != "--workers" &&
+        opt->get_name() != "--backend")
       opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
   try {
@@ -249,11 +230,7 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
       train_bench.json = bench.json_path;
       tessera::train::run_train_benchmark(train_bench);
     } else if (bench_cmd->parsed()) {
-      bench.min_bytes = bytes_arg(min_b);
-      bench.max_bytes = bytes_arg(max_b);
-      bench.dtype = tessera::parse_dtype(dtype);
-      bench.op = tessera::parse_reduce_op(op);
-      if (!algos.empty()) bench.algorithms = algos;
+      tessera::app::finish_bench_options(bench_flags);
       if (bench.collective == "engine") {
         tessera::app::EngineBenchOptions eb;
         eb.engine = tessera::engine::options_from(settings);

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "tune/cost_model.h"
 #include "tune/machine.h"
+#include "tune/model_gradients.h"
 #include "tune/simulator.h"
 #include "tune/svg_plot.h"
 #include "tune/timeline_workload.h"
@@ -31,6 +32,17 @@ Machine two_level() {
   m.reduce_gbps = 100.0;
   m.coordinator_us_per_request = 2.0;
   return m;
+}
+
+// torchvision's resnet50(): 161 parameter tensors, 25,557,032 elements.
+TEST(ModelGradients, ResNet50HasTorchvisionsCountAndTotal) {
+  const std::vector<size_t> e = resnet50_parameter_elements();
+  EXPECT_EQ(e.size(), 161u);
+  size_t total = 0;
+  for (size_t x : e) total += x;
+  EXPECT_EQ(total, 25557032u);
+  EXPECT_EQ(e.front(), 64u * 3 * 7 * 7);
+  EXPECT_EQ(e[e.size() - 2], 2048u * 1000);
 }
 
 TEST(CostModel, OneNodeIsTheSelectorsFormula) {

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
+#include "tune/model_gradients.h"
 
 namespace tessera {
 namespace models {
@@ -36,6 +37,16 @@ TEST(ResNet, ParameterCountsAreTorchvisions) {
   Model r50 = make_model(s);
   EXPECT_EQ(count_parameters(r50.module()), 25557032);
   EXPECT_EQ(state_dict(r50.module()).size(), 320u);
+}
+
+// The benchmarks' libtorch-free list of ResNet-50's gradient sizes is the built model's.
+TEST(ResNet, TheTuneListOfResNet50sParametersIsTheModels) {
+  ModelSpec s;
+  s.name = "resnet50";
+  Model r50 = make_model(s);
+  std::vector<size_t> built;
+  for (const auto& p : r50.module().parameters()) built.push_back(static_cast<size_t>(p.numel()));
+  EXPECT_EQ(tune::resnet50_parameter_elements(), built);
 }
 
 TEST(ResNet, NamesAndShapesAreTorchvisions) {
