@@ -118,29 +118,33 @@ void Engine::Impl::run_allreduce(const std::vector<Pending*>& items) {
   trace_batch(items, "MEMCPY_OUT_FUSION_BUFFER", t, 0);
 }
 
-// Ranks may differ in the first dimension: the row counts are gathered first, and the result
-// goes into the handle.
-void Engine::Impl::run_allgather(Pending& p) {
-  const auto start = Clock::now();
-  const TensorSpec& s = p.req.spec;
+// Ranks may differ in the first dimension: every rank's row count, over the set's communicator.
+Engine::Impl::GatherCounts Engine::Impl::gather_counts(const TensorSpec& s) {
   size_t row = 1;
   for (size_t d = 1; d < s.shape.size(); ++d) row *= static_cast<size_t>(s.shape[d]);
   int64_t mine = s.shape.empty() ? 1 : s.shape[0];
   std::vector<int64_t> rows(static_cast<size_t>(comm->size()));
   comm::allgather(*comm, &mine, rows.data(), 1, DataType::kInt64);
-  std::vector<size_t> counts;
-  int64_t total_rows = 0;
+  GatherCounts g;
   for (int64_t r : rows) {
-    counts.push_back(static_cast<size_t>(r) * row);
-    total_rows += r;
+    g.counts.push_back(static_cast<size_t>(r) * row);
+    g.total += g.counts.back();
+    g.shape_rows += r;
   }
-  size_t total = 0;
-  for (size_t c : counts) total += c;
-  p.handle->result.assign(total * dtype_size(s.dtype), 0);
-  comm::allgatherv(*comm, p.req.input, p.handle->result.data(), counts, s.dtype);
-  trace_batch({&p}, "ALLGATHER", start, total * dtype_size(s.dtype));
-  p.handle->result_shape = s.shape.empty() ? std::vector<int64_t>{total_rows} : s.shape;
-  p.handle->result_shape[0] = total_rows;
+  g.shape = s.shape.empty() ? std::vector<int64_t>{g.shape_rows} : s.shape;
+  g.shape[0] = g.shape_rows;
+  return g;
+}
+
+// The row counts are gathered first, and the result goes into the handle.
+void Engine::Impl::run_allgather(Pending& p) {
+  const auto start = Clock::now();
+  const TensorSpec& s = p.req.spec;
+  const GatherCounts g = gather_counts(s);
+  p.handle->result.assign(g.total * dtype_size(s.dtype), 0);
+  comm::allgatherv(*comm, p.req.input, p.handle->result.data(), g.counts, s.dtype);
+  trace_batch({&p}, "ALLGATHER", start, g.total * dtype_size(s.dtype));
+  p.handle->result_shape = g.shape;
 }
 
 }  // namespace engine

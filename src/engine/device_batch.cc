@@ -136,28 +136,15 @@ void Engine::Impl::run_device_allreduce(const std::vector<Pending*>& items) {
 void Engine::Impl::run_device_allgather(Pending& p) {
   const auto start = Clock::now();
   const TensorSpec& s = p.req.spec;
-  size_t row = 1;
-  for (size_t d = 1; d < s.shape.size(); ++d) row *= static_cast<size_t>(s.shape[d]);
-  int64_t mine = s.shape.empty() ? 1 : s.shape[0];
-  std::vector<int64_t> rows(static_cast<size_t>(comm->size()));
-  comm::allgather(*comm, &mine, rows.data(), 1, DataType::kInt64);
-  std::vector<size_t> counts;
-  int64_t total_rows = 0;
-  size_t total = 0;
-  for (int64_t r : rows) {
-    counts.push_back(static_cast<size_t>(r) * row);
-    total_rows += r;
-    total += counts.back();
-  }
-  auto result = dev.device->allocate(std::max<size_t>(total * dtype_size(s.dtype), 1));
-  comm::device_allgatherv(*dev.context, *dev.stream, p.req.input, result.get(), counts, s.dtype,
+  const GatherCounts g = gather_counts(s);
+  auto result = dev.device->allocate(std::max<size_t>(g.total * dtype_size(s.dtype), 1));
+  comm::device_allgatherv(*dev.context, *dev.stream, p.req.input, result.get(), g.counts, s.dtype,
                           device_options());
-  trace_batch({&p}, "ALLGATHER", start, total * dtype_size(s.dtype));
+  trace_batch({&p}, "ALLGATHER", start, g.total * dtype_size(s.dtype));
   p.req.keep_alive.push_back(result);
   std::lock_guard<std::mutex> lock(p.handle->mutex);
   p.handle->device_result = std::move(result);
-  p.handle->result_shape = s.shape.empty() ? std::vector<int64_t>{total_rows} : s.shape;
-  p.handle->result_shape[0] = total_rows;
+  p.handle->result_shape = g.shape;
 }
 
 // Grows by replacement; the old buffer stays alive until the work queued on it has run.

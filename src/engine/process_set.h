@@ -140,6 +140,14 @@ struct Engine::Impl {
   void run_batch(const std::vector<Pending*>& items);
   void run_allreduce(const std::vector<Pending*>& items);
   void run_allgather(Pending& p);
+  struct GatherCounts {
+    std::vector<size_t> counts;  // elements from each rank
+    size_t total = 0;
+    int64_t shape_rows = 0;
+    std::vector<int64_t> shape;  // of the result: the first dimension summed over ranks
+  };
+  // Collective over the set: every rank's first dimension of allgather's `s`.
+  GatherCounts gather_counts(const TensorSpec& s);
   // The same on device buffers (device_batch.cc). device_batch_can_run first (true for host
   // batches): it makes the set's device state and fails a batch whose backend cannot run.
   bool device_batch_can_run(const std::vector<Pending*>& items);
