@@ -390,8 +390,6 @@ std::vector<Handle> Engine::enqueue_group_impl(std::vector<Request> requests, bo
   return handles;
 }
 
-namespace {
-
 Request make_request(const std::string& name, OpType op, DataType dtype, std::vector<int64_t> shape,
                      const void* input, void* output) {
   Request r;
@@ -403,8 +401,6 @@ Request make_request(const std::string& name, OpType op, DataType dtype, std::ve
   r.output = output;
   return r;
 }
-
-}  // namespace
 
 Handle Engine::enqueue_allreduce(const std::string& name, const void* input, void* output,
                                  DataType dtype, std::vector<int64_t> shape, ReduceOp op,

@@ -54,6 +54,10 @@ struct Request {
   std::vector<std::shared_ptr<void>> keep_alive;
 };
 
+// A host request: the spec's name, op, dtype and shape and the two buffers.
+Request make_request(const std::string& name, OpType op, DataType dtype, std::vector<int64_t> shape,
+                     const void* input, void* output);
+
 class Engine {
  public:
   // Collective over `comm` (the engine duplicates it for its own messages). Without options: the

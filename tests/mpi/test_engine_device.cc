@@ -26,18 +26,6 @@ using testing::hashed_small;
 
 gpu::Clock::time_point soon() { return gpu::Clock::now() + std::chrono::seconds(60); }
 
-Request request(const std::string& name, OpType op, DataType dt, std::vector<int64_t> shape,
-                const void* in, void* out) {
-  Request r;
-  r.spec.name = name;
-  r.spec.op = op;
-  r.spec.dtype = dt;
-  r.spec.shape = std::move(shape);
-  r.input = in;
-  r.output = out;
-  return r;
-}
-
 std::string error_of(const Handle& h) {
   try {
     h.wait(60);
@@ -77,6 +65,17 @@ class EngineDeviceTest : public testing::WorldTest,
     s->copy(d.get(), b.bytes.data(), b.bytes.size());
     s->record()->synchronize(soon(), "upload");
     return d;
+  }
+  // An allreduce of ten floats (1..10) on this rank's device; the request owns its buffers.
+  Request device_allreduce(const std::string& name) {
+    const Buf x = input(DataType::kFloat32, 10, 1);
+    auto dx = upload(x);
+    auto dy = device_->allocate(40);
+    Request r =
+        make_request(name, OpType::kAllreduce, DataType::kFloat32, {10}, dx.get(), dy.get());
+    r.device = device_.get();
+    r.keep_alive = {dx, dy};
+    return r;
   }
   std::vector<char> download(const void* d, size_t bytes) {
     std::vector<char> out(bytes);
@@ -130,10 +129,10 @@ TEST_P(EngineDeviceTest, AllreduceEqualsTheHostEngineBitForBit) {
         const std::string name =
             std::string(dtype_name(dt)) + (fused ? ".f." : ".a.") + std::to_string(k);
         for (bool on_device : {false, true}) {
-          Request r =
-              request(name + (on_device ? ".dev" : ".host"), OpType::kAllreduce, dt,
-                      {static_cast<int64_t>(n)}, on_device ? d_in.back().get() : ins.back().data(),
-                      on_device ? d_out.back().get() : host_out.back().data());
+          Request r = make_request(name + (on_device ? ".dev" : ".host"), OpType::kAllreduce, dt,
+                                   {static_cast<int64_t>(n)},
+                                   on_device ? d_in.back().get() : ins.back().data(),
+                                   on_device ? d_out.back().get() : host_out.back().data());
           r.spec.reduce_op = fl ? ReduceOp::kAverage : ReduceOp::kSum;
           r.spec.prescale = fl ? 0.5 : 1.0;
           r.spec.postscale = fl ? 3.0 : 1.0;
@@ -172,8 +171,8 @@ TEST_P(EngineDeviceTest, OtherCollectivesEqualTheHostEngine) {
   // broadcast from the last rank, in place.
   Buf host_b = in;
   auto d_b = upload(in);
-  Request hb = request("b.host", OpType::kBroadcast, dt, shape, nullptr, host_b.data());
-  Request rb = request("b.dev", OpType::kBroadcast, dt, shape, nullptr, d_b.get());
+  Request hb = make_request("b.host", OpType::kBroadcast, dt, shape, nullptr, host_b.data());
+  Request rb = make_request("b.dev", OpType::kBroadcast, dt, shape, nullptr, d_b.get());
   hb.spec.root = rb.spec.root = n - 1;
   rb.device = device_.get();
   engine.enqueue(hb).wait(60);
@@ -181,9 +180,9 @@ TEST_P(EngineDeviceTest, OtherCollectivesEqualTheHostEngine) {
   EXPECT_EQ(download(d_b.get(), count * 4), first(host_b, count * 4)) << "broadcast";
   // allgather: rank q gives q + 1 rows.
   const std::vector<int64_t> mine = {r + 1, static_cast<int64_t>(cols)};
-  Handle hg =
-      engine.enqueue(request("g.host", OpType::kAllgather, dt, mine, in.bytes.data(), nullptr));
-  Request rg = request("g.dev", OpType::kAllgather, dt, mine, d_in.get(), nullptr);
+  Handle hg = engine.enqueue(
+      make_request("g.host", OpType::kAllgather, dt, mine, in.bytes.data(), nullptr));
+  Request rg = make_request("g.dev", OpType::kAllgather, dt, mine, d_in.get(), nullptr);
   rg.device = device_.get();
   Handle dg = engine.enqueue(rg);
   hg.wait(60);
@@ -196,10 +195,10 @@ TEST_P(EngineDeviceTest, OtherCollectivesEqualTheHostEngine) {
     const size_t out_count = op == OpType::kAlltoall ? count : count / static_cast<size_t>(n);
     Buf host_out(dt, out_count);
     auto d_out = device_->allocate(out_count * 4);
-    Request h = request(std::string(op_type_name(op)) + ".host", op, dt, shape, in.bytes.data(),
-                        host_out.data());
-    Request d =
-        request(std::string(op_type_name(op)) + ".dev", op, dt, shape, d_in.get(), d_out.get());
+    Request h = make_request(std::string(op_type_name(op)) + ".host", op, dt, shape,
+                             in.bytes.data(), host_out.data());
+    Request d = make_request(std::string(op_type_name(op)) + ".dev", op, dt, shape, d_in.get(),
+                             d_out.get());
     h.spec.reduce_op = d.spec.reduce_op = ReduceOp::kMax;
     d.device = device_.get();
     engine.enqueue(h).wait(60);
@@ -232,8 +231,8 @@ TEST_P(EngineDeviceTest, TheEngineWaitsForEachProducersReadiness) {
     p2->copy(db.get(), b.bytes.data(), count * 4);
     const std::string tag = grouped ? ".g" : ".s";
     std::vector<Request> rs = {
-        request("b" + tag, OpType::kAllreduce, dt, {long(count)}, db.get(), ob.get()),
-        request("a" + tag, OpType::kAllreduce, dt, {long(count)}, da.get(), oa.get())};
+        make_request("b" + tag, OpType::kAllreduce, dt, {long(count)}, db.get(), ob.get()),
+        make_request("a" + tag, OpType::kAllreduce, dt, {long(count)}, da.get(), oa.get())};
     rs[0].ready = p2->record();
     rs[1].ready = p1->record();
     for (auto& r : rs) {
@@ -271,8 +270,8 @@ TEST_P(EngineDeviceTest, AConsumerStreamWaitsOnTheCompletionEvent) {
     auto da = upload(a), db = upload(b);
     auto oa = device_->allocate(count * 4), ob = device_->allocate(count * 4);
     std::vector<Request> rs = {
-        request("a", OpType::kAllreduce, dt, {long(count)}, da.get(), oa.get()),
-        request("b", OpType::kAllreduce, dt, {long(count)}, db.get(), ob.get())};
+        make_request("a", OpType::kAllreduce, dt, {long(count)}, da.get(), oa.get()),
+        make_request("b", OpType::kAllreduce, dt, {long(count)}, db.get(), ob.get())};
     for (auto& r : rs) {
       r.spec.reduce_op = ReduceOp::kSum;
       r.spec.postscale = 2.0;  // copied out of the fusion buffer on the slow stream
@@ -313,7 +312,7 @@ TEST_P(EngineDeviceTest, AFailingDeviceOperationReachesWait) {
     engine.set_device(*device_);
     auto da = upload(a);
     auto out = device_->allocate(400);
-    Request r = request("x", OpType::kAllreduce, dt, {100}, da.get(), out.get());
+    Request r = make_request("x", OpType::kAllreduce, dt, {100}, da.get(), out.get());
     r.spec.reduce_op = ReduceOp::kSum;
     r.device = device_.get();
     auto producer = device_->new_stream();
@@ -362,8 +361,8 @@ TEST_P(EngineDeviceTest, HostAndDeviceTensorsOfOneNameFailOnEveryRank) {
   auto dx = upload(x);
   auto dy = device_->allocate(40);
   const bool host = world_->rank() == 0;
-  Request r = request("mixed", OpType::kAllreduce, DataType::kFloat32, {10},
-                      host ? x.data() : dx.get(), host ? y.data() : dy.get());
+  Request r = make_request("mixed", OpType::kAllreduce, DataType::kFloat32, {10},
+                           host ? x.data() : dx.get(), host ? y.data() : dy.get());
   if (!host) r.device = device_.get();
   const std::string what = error_of(engine.enqueue(r));
   EXPECT_NE(what.find("'mixed'"), std::string::npos) << what;
@@ -376,7 +375,7 @@ TEST_P(EngineDeviceTest, ATensorOnAnotherDeviceThanTheRanksIsRefused) {
   gpu::FakeDevice other({0, 10, 2}, 1);
   Engine engine(*world_, fast());
   int x = 0, y = 0;
-  Request r = request("elsewhere", OpType::kAllreduce, DataType::kInt32, {1}, &x, &y);
+  Request r = make_request("elsewhere", OpType::kAllreduce, DataType::kInt32, {1}, &x, &y);
   r.device = &other;
   try {
     engine.enqueue(r);
@@ -406,19 +405,15 @@ TEST_P(EngineDeviceTest, ForcedNcclOnRanksSharingADeviceFailsNamingThem) {
   auto c = world_->dup(nccl);
   Engine engine(*c, fast());
   engine.set_device(*device_);
-  const Buf x = input(DataType::kFloat32, 10, 1);
-  auto dx = upload(x);
-  auto dy = device_->allocate(40);
-  Request r = request("forced", OpType::kAllreduce, DataType::kFloat32, {10}, dx.get(), dy.get());
-  r.device = device_.get();
-  const std::string what = error_of(engine.enqueue(r));
+  const std::string what = error_of(engine.enqueue(device_allreduce("forced")));
   const bool named = what.find("ranks 0 and 1") != std::string::npos ||
                      what.find("ranks 0, 1") != std::string::npos ||
                      what.find("NCCL needs CUDA devices") != std::string::npos;
   EXPECT_TRUE(named) << what;
   // The engine goes on: the same tensor on host memory reduces.
   float h = 1, sum = 0;
-  engine.enqueue(request("after", OpType::kAllreduce, DataType::kFloat32, {1}, &h, &sum)).wait(60);
+  engine.enqueue(make_request("after", OpType::kAllreduce, DataType::kFloat32, {1}, &h, &sum))
+      .wait(60);
   EXPECT_EQ(sum, static_cast<float>(world_->size()));
 }
 
@@ -432,12 +427,7 @@ TEST_P(EngineDeviceTest, ADeviceTensorWhileARankHasJoinedFailsEverywhere) {
     engine.join().wait(60);
     return;
   }
-  const Buf x = input(DataType::kFloat32, 10, 1);
-  auto dx = upload(x);
-  auto dy = device_->allocate(40);
-  Request r = request("late", OpType::kAllreduce, DataType::kFloat32, {10}, dx.get(), dy.get());
-  r.device = device_.get();
-  const std::string what = error_of(engine.enqueue(r));
+  const std::string what = error_of(engine.enqueue(device_allreduce("late")));
   EXPECT_NE(what.find("join() takes host tensors only"), std::string::npos) << what;
   engine.join().wait(60);
 }
