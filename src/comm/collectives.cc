@@ -13,8 +13,11 @@ namespace tessera {
 namespace comm {
 namespace {
 
+// A communicator without node structure (local(), cross()) cannot run the hierarchical
+// algorithm, which needs its local(): it counts as non-uniform, so auto never picks it there.
 CommShape shape_of(const Communicator& comm) {
-  return {comm.size(), comm.num_nodes(), comm.local_size(), comm.uniform_nodes()};
+  return {comm.size(), comm.num_nodes(), comm.local_size(),
+          comm.local() != nullptr && comm.uniform_nodes()};
 }
 
 void check_buffer(const void* p, size_t count, const char* name, const char* what) {
