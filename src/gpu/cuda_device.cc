@@ -2,6 +2,8 @@
 // Built only with TESSERA_CUDA (no_cuda.cc stands in otherwise).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "gpu/cuda_check.h"
@@ -80,6 +82,33 @@ class CudaStream : public Stream {
     use_device(device_);
     launch_reduce(dtype, op, in, inout, count, stream_);
   }
+  // More inputs than one launch takes: the groups accumulate in a scratch buffer (not in `out`,
+  // which may be a later group's input). cudaFree waits for the work using it.
+  void reduce_many(DataType dtype, ReduceOp op, const std::vector<const void*>& inputs, void* out,
+                   size_t count, double factor) override {
+    TESSERA_CHECK(op != ReduceOp::kAverage,
+                  "a device reduction takes sum, min, max, prod, band or bor, not average");
+    TESSERA_CHECK(!inputs.empty(), "reduce_many needs at least one input");
+    check_copy_factor(dtype, factor);
+    use_device(device_);
+    const size_t n = inputs.size(), k = static_cast<size_t>(kMaxReduceInputs);
+    if (n <= k) {
+      return launch_reduce_many(dtype, op, inputs.data(), static_cast<int>(n), out, count, factor,
+                                stream_);
+    }
+    void* acc = nullptr;
+    TESSERA_CUDA_CHECK(cudaMalloc(&acc, std::max<size_t>(count * dtype_size(dtype), 256)));
+    std::shared_ptr<void> scratch(acc, [](void* q) { cudaFree(q); });
+    launch_reduce_many(dtype, op, inputs.data(), static_cast<int>(k), acc, count, 1.0, stream_);
+    for (size_t i = k; i < n; i += k - 1) {
+      std::vector<const void*> group{acc};
+      group.insert(group.end(), inputs.begin() + static_cast<long>(i),
+                   inputs.begin() + static_cast<long>(std::min(n, i + k - 1)));
+      const bool last = i + k - 1 >= n;
+      launch_reduce_many(dtype, op, group.data(), static_cast<int>(group.size()), last ? out : acc,
+                         count, last ? factor : 1.0, stream_);
+    }
+  }
   std::shared_ptr<Event> record() override { return std::make_shared<CudaEvent>(device_, stream_); }
   void wait(const std::shared_ptr<Event>& event) override {
     auto* cuda = dynamic_cast<CudaEvent*>(event.get());
@@ -120,6 +149,33 @@ class CudaDevice : public Device {
     void* p = nullptr;
     TESSERA_CUDA_CHECK(cudaMallocHost(&p, bytes == 0 ? 256 : bytes));
     return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+  }
+  bool shares_memory() const override { return true; }
+  // The handle: cudaIpcMemHandle_t, then the size.
+  SharedMemory allocate_shared(size_t bytes) override {
+    static_assert(sizeof(cudaIpcMemHandle_t) + sizeof(uint64_t) <= kSharedHandleBytes, "");
+    SharedMemory m;
+    m.memory = allocate(bytes);
+    cudaIpcMemHandle_t h;
+    TESSERA_CUDA_CHECK(cudaIpcGetMemHandle(&h, m.memory.get()));
+    m.handle.assign(kSharedHandleBytes, '\0');
+    std::memcpy(m.handle.data(), &h, sizeof(h));
+    const uint64_t size = bytes;
+    std::memcpy(m.handle.data() + sizeof(h), &size, sizeof(size));
+    return m;
+  }
+  std::shared_ptr<void> open_shared(const std::vector<char>& handle) override {
+    TESSERA_CHECK_EQ(handle.size(), kSharedHandleBytes, "a shared memory handle's size");
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle.data(), sizeof(h));
+    use_device(index_);
+    void* p = nullptr;
+    TESSERA_CUDA_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+    const int index = index_;
+    return std::shared_ptr<void>(p, [index](void* q) {
+      cudaSetDevice(index);
+      cudaIpcCloseMemHandle(q);
+    });
   }
 
  private:

@@ -61,6 +61,11 @@ class Stream {
   // inout[i] = op(inout[i], in[i]) for count elements (kAverage is not a reduction: use kSum and
   // scale).
   virtual void reduce(DataType dtype, ReduceOp op, const void* in, void* inout, size_t count) = 0;
+  // out[i] = op over k of inputs[k][i] (input 0 first, so every caller gets the same bits), then
+  // times factor; f16 and bf16 accumulate in f32 and round once. Inputs may be other processes'
+  // memory opened with Device::open_shared, and out may be one of the inputs.
+  virtual void reduce_many(DataType dtype, ReduceOp op, const std::vector<const void*>& inputs,
+                           void* out, size_t count, double factor) = 0;
   // An event that completes when everything enqueued on this stream so far has run.
   virtual std::shared_ptr<Event> record() = 0;
   // Work enqueued after this waits for `event` (recorded on any stream of the same device).
@@ -68,6 +73,14 @@ class Stream {
   // The cudaStream_t of a CUDA stream (for NCCL), nullptr for the others.
   virtual void* native_handle() { return nullptr; }
 };
+
+// Device memory that the other processes of this node may map (CUDA IPC; the fake device's
+// POSIX shared memory): `handle` is what they pass to Device::open_shared.
+struct SharedMemory {
+  std::shared_ptr<void> memory;
+  std::vector<char> handle;  // kSharedHandleBytes
+};
+constexpr size_t kSharedHandleBytes = 96;
 
 class Device {
  public:
@@ -86,6 +99,12 @@ class Device {
   virtual std::shared_ptr<void> allocate(size_t bytes) = 0;
   // Page-locked host memory for staging copies (plain host memory where that is the same).
   virtual std::shared_ptr<void> allocate_host(size_t bytes) = 0;
+  // Whether allocate_shared and open_shared work here (the device IPC backend's condition).
+  virtual bool shares_memory() const { return false; }
+  // Device memory of `bytes` that other processes can open. DeviceError where it cannot.
+  virtual SharedMemory allocate_shared(size_t bytes);
+  // Another process's allocate_shared memory, usable by this device's streams until released.
+  virtual std::shared_ptr<void> open_shared(const std::vector<char>& handle);
 };
 
 // The host as a device: synchronous, plain memory. One shared instance.

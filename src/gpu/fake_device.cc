@@ -1,7 +1,14 @@
 // FakeDevice's streams: a thread each, running a FIFO of operations after random delays.
 #include "gpu/fake_device.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -72,6 +79,13 @@ class FakeStream : public Stream {
     TESSERA_CHECK(op != ReduceOp::kAverage,
                   "a device reduction takes sum, min, max, prod, band or bor, not average");
     enqueue([=] { host_reduce(dtype, op, in, inout, count); });
+  }
+  void reduce_many(DataType dtype, ReduceOp op, const std::vector<const void*>& inputs, void* out,
+                   size_t count, double factor) override {
+    TESSERA_CHECK(op != ReduceOp::kAverage,
+                  "a device reduction takes sum, min, max, prod, band or bor, not average");
+    check_copy_factor(dtype, factor);
+    enqueue([=] { host_reduce_many(dtype, op, inputs, out, count, factor); });
   }
   std::shared_ptr<Event> record() override {
     auto state = std::make_shared<EventState>();
@@ -166,6 +180,68 @@ std::unique_ptr<Stream> FakeDevice::new_stream() {
 
 std::shared_ptr<void> FakeDevice::allocate(size_t bytes) { return host_allocate(bytes); }
 std::shared_ptr<void> FakeDevice::allocate_host(size_t bytes) { return host_allocate(bytes); }
+
+namespace {
+
+// The handle: the segment's size, then its name.
+struct SharedHeader {
+  uint64_t bytes;
+  char name[kSharedHandleBytes - sizeof(uint64_t)];
+};
+static_assert(sizeof(SharedHeader) == kSharedHandleBytes, "the handle is one header");
+
+// Maps `bytes` of the segment `fd`; unmapped (and, for the owner, unlinked) with the last owner.
+std::shared_ptr<void> map_segment(int fd, size_t bytes, std::string unlink_name) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  close(fd);
+  if (p == MAP_FAILED) {
+    throw DeviceError(
+        detail::concat("cannot map ", bytes, " bytes of shared memory: ", std::strerror(err)));
+  }
+  return std::shared_ptr<void>(p, [bytes, unlink_name](void* q) {
+    munmap(q, bytes);
+    if (!unlink_name.empty()) shm_unlink(unlink_name.c_str());
+  });
+}
+
+}  // namespace
+
+SharedMemory FakeDevice::allocate_shared(size_t bytes) {
+  bytes = std::max<size_t>(bytes, 256);
+  SharedHeader h{};
+  h.bytes = bytes;
+  std::snprintf(h.name, sizeof(h.name), "/tessera-fake-%d-%llu", static_cast<int>(getpid()),
+                static_cast<unsigned long long>(shared_made_++));
+  const int fd = shm_open(h.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    if (fd >= 0) {
+      close(fd);
+      shm_unlink(h.name);
+    }
+    throw DeviceError(detail::concat("cannot create shared memory ", h.name, " of ", bytes,
+                                     " bytes: ", std::strerror(err)));
+  }
+  SharedMemory m;
+  m.memory = map_segment(fd, bytes, h.name);
+  m.handle.resize(kSharedHandleBytes);
+  std::memcpy(m.handle.data(), &h, sizeof(h));
+  return m;
+}
+
+std::shared_ptr<void> FakeDevice::open_shared(const std::vector<char>& handle) {
+  TESSERA_CHECK_EQ(handle.size(), kSharedHandleBytes, "a shared memory handle's size");
+  SharedHeader h{};
+  std::memcpy(&h, handle.data(), sizeof(h));
+  h.name[sizeof(h.name) - 1] = '\0';
+  const int fd = shm_open(h.name, O_RDWR, 0600);
+  if (fd < 0) {
+    throw DeviceError(detail::concat("cannot open another rank's shared memory ", h.name, ": ",
+                                     std::strerror(errno)));
+  }
+  return map_segment(fd, h.bytes, "");
+}
 
 void FakeDevice::fail_next(const std::string& message) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -36,6 +36,12 @@ class FakeDevice : public Device {
   std::unique_ptr<Stream> new_stream() override;
   std::shared_ptr<void> allocate(size_t bytes) override;
   std::shared_ptr<void> allocate_host(size_t bytes) override;
+  // POSIX shared memory (shm_open), so ranks on one machine read each other's "device" memory
+  // as CUDA IPC lets them. The name is unlinked when the owner frees it; a crashed process
+  // leaves its segments in /dev/shm (tessera-fake-<pid>-*).
+  bool shares_memory() const override { return true; }
+  SharedMemory allocate_shared(size_t bytes) override;
+  std::shared_ptr<void> open_shared(const std::vector<char>& handle) override;
 
   // The next operation enqueued on any of this device's streams fails with `message` when it
   // runs: that stream's later events report it (DeviceError), as a failed kernel does in CUDA.
@@ -50,6 +56,7 @@ class FakeDevice : public Device {
   FakeDeviceOptions options_;
   int index_;
   std::atomic<uint64_t> streams_made_{0};
+  std::atomic<uint64_t> shared_made_{0};
   std::atomic<uint64_t> ops_run_{0};
   std::mutex mu_;
   std::string failure_;

@@ -2,6 +2,7 @@
 // complete when it is recorded. Today's CPU path, behind the device interface.
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "common/error.h"
 #include "common/reduce.h"
@@ -37,6 +38,65 @@ void host_reduce(DataType dtype, ReduceOp op, const void* in, void* inout, size_
   reduce(dtype, op, inout, in, inout, count);
 }
 
+namespace {
+
+// Element i of a half-precision buffer as f32, or the same value back.
+float half_to_float(DataType dtype, const void* p, size_t i) {
+  const uint16_t h = static_cast<const uint16_t*>(p)[i];
+  return dtype == DataType::kFloat16 ? f16_to_float(h) : bf16_to_float(h);
+}
+uint16_t float_to_half(DataType dtype, float f) {
+  return dtype == DataType::kFloat16 ? float_to_f16(f) : float_to_bf16(f);
+}
+
+// reduce_many for f16 and bf16: every input widened to f32, reduced and scaled there, rounded
+// once (as the CUDA kernel does).
+void reduce_many_halves(DataType dtype, ReduceOp op, const std::vector<const void*>& inputs,
+                        void* out, size_t count, double factor) {
+  std::vector<float> acc(count), next(count);
+  for (size_t i = 0; i < count; ++i) acc[i] = half_to_float(dtype, inputs[0], i);
+  for (size_t k = 1; k < inputs.size(); ++k) {
+    for (size_t i = 0; i < count; ++i) next[i] = half_to_float(dtype, inputs[k], i);
+    reduce(DataType::kFloat32, op, acc.data(), next.data(), acc.data(), count);
+  }
+  const float f = static_cast<float>(factor);
+  for (size_t i = 0; i < count; ++i) {
+    static_cast<uint16_t*>(out)[i] = float_to_half(dtype, factor == 1.0 ? acc[i] : acc[i] * f);
+  }
+}
+
+}  // namespace
+
+void host_reduce_many(DataType dtype, ReduceOp op, const std::vector<const void*>& inputs,
+                      void* out, size_t count, double factor) {
+  TESSERA_CHECK(op != ReduceOp::kAverage,
+                "a device reduction takes sum, min, max, prod, band or bor; average is a sum "
+                "followed by a scale");
+  TESSERA_CHECK(!inputs.empty(), "reduce_many needs at least one input");
+  check_copy_factor(dtype, factor);
+  if (count == 0) return;
+  if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
+    return reduce_many_halves(dtype, op, inputs, out, count, factor);
+  }
+  // Into a temporary first: `out` may be one of the inputs.
+  const size_t bytes = count * dtype_size(dtype);
+  std::vector<char> acc(static_cast<const char*>(inputs[0]),
+                        static_cast<const char*>(inputs[0]) + bytes);
+  for (size_t k = 1; k < inputs.size(); ++k)
+    reduce(dtype, op, acc.data(), inputs[k], acc.data(), count);
+  if (factor != 1.0) scale(dtype, factor, acc.data(), acc.data(), count);
+  std::memcpy(out, acc.data(), bytes);
+}
+
+SharedMemory Device::allocate_shared(size_t) {
+  throw DeviceError(detail::concat(name(), " has no memory other processes can open (CUDA IPC ",
+                                   "needs a CUDA device; the fake device uses shared memory)"));
+}
+
+std::shared_ptr<void> Device::open_shared(const std::vector<char>&) {
+  throw DeviceError(detail::concat(name(), " cannot open another process's memory"));
+}
+
 std::shared_ptr<void> host_allocate(size_t bytes) {
   const size_t rounded = (bytes + 255) / 256 * 256;
   void* p = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
@@ -62,6 +122,10 @@ class HostStream : public Stream {
   }
   void reduce(DataType dtype, ReduceOp op, const void* in, void* inout, size_t count) override {
     host_reduce(dtype, op, in, inout, count);
+  }
+  void reduce_many(DataType dtype, ReduceOp op, const std::vector<const void*>& inputs, void* out,
+                   size_t count, double factor) override {
+    host_reduce_many(dtype, op, inputs, out, count, factor);
   }
   std::shared_ptr<Event> record() override { return std::make_shared<DoneEvent>(); }
   void wait(const std::shared_ptr<Event>& event) override {

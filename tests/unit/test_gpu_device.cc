@@ -3,6 +3,7 @@
 // fake device is truly asynchronous (events order the work, failures travel to the events).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -72,6 +73,57 @@ class DeviceRunner {
   std::unique_ptr<Stream> stream_;
 };
 
+// One element of reduce_many, computed independently: f32 arithmetic for f32, f16 and bf16
+// (accumulated there, rounded once), f64 for f64, int64 for integers (wrapped when stored).
+double reduce_many_element(DataType dtype, ReduceOp op,
+                           const std::vector<std::vector<unsigned char>>& in, size_t i,
+                           double factor) {
+  auto apply = [op](auto a, auto b) -> decltype(a) {
+    switch (op) {
+      case ReduceOp::kMin:
+        return std::min(a, b);
+      case ReduceOp::kMax:
+        return std::max(a, b);
+      case ReduceOp::kProduct:
+        return a * b;
+      default:
+        return a + b;
+    }
+  };
+  auto fold = [&](auto zero) {
+    using T = decltype(zero);
+    T acc = static_cast<T>(load_as_double(dtype, in[0].data(), i));
+    for (size_t k = 1; k < in.size(); ++k) {
+      acc = apply(acc, static_cast<T>(load_as_double(dtype, in[k].data(), i)));
+    }
+    return factor == 1.0 ? static_cast<double>(acc)
+                         : static_cast<double>(acc * static_cast<T>(factor));
+  };
+  if (!is_floating(dtype)) return fold(int64_t{0});
+  return dtype == DataType::kFloat64 ? fold(0.0) : fold(0.0f);
+}
+
+// reduce_many over `k` inputs (more than one kernel launch takes, with k = 20), the output
+// being one of the inputs (the last), against the element-wise reference.
+void check_reduce_many(DeviceRunner& run, DataType dtype, ReduceOp op, size_t k, double factor) {
+  const size_t count = 517;
+  std::vector<std::vector<unsigned char>> in;
+  std::vector<std::shared_ptr<void>> dev;
+  std::vector<const void*> ptrs;
+  for (size_t j = 0; j < k; ++j) {
+    in.push_back(random_data(dtype, count, static_cast<uint32_t>(10 + j)));
+    dev.push_back(run.upload(in.back()));
+    ptrs.push_back(dev.back().get());
+  }
+  run.stream().reduce_many(dtype, op, ptrs, dev.back().get(), count, factor);
+  std::vector<unsigned char> want(in[0].size());
+  for (size_t i = 0; i < count; ++i) {
+    store_from_double(dtype, want.data(), i, reduce_many_element(dtype, op, in, i, factor));
+  }
+  EXPECT_EQ(run.download(dev.back(), want.size()), want)
+      << reduce_op_name(op) << " over " << k << " inputs, factor " << factor;
+}
+
 // Every device computes what the host's kernels compute, bit for bit.
 void check_conformance(Device& device) {
   DeviceRunner run(device);
@@ -114,7 +166,19 @@ void check_conformance(Device& device) {
       EXPECT_EQ(run.download(dst, a.size()), want) << "factor " << factor;
     }
   }
+  for (DataType dtype : kDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax}) {
+      check_reduce_many(run, dtype, op, 1, 1.0);
+      check_reduce_many(run, dtype, op, 20, 1.0);
+    }
+    check_reduce_many(run, dtype, ReduceOp::kProduct, 3, 1.0);
+    if (is_floating(dtype)) check_reduce_many(run, dtype, ReduceOp::kSum, 4, 0.25);
+  }
   EXPECT_THROW(run.stream().batched_copy({}, DataType::kInt32, 0.5), InvalidArgument);
+  EXPECT_THROW(
+      run.stream().reduce_many(DataType::kInt32, ReduceOp::kSum, {nullptr}, nullptr, 1, 0.5),
+      InvalidArgument);
   EXPECT_THROW(run.stream().reduce(DataType::kFloat32, ReduceOp::kAverage, nullptr, nullptr, 1),
                InvalidArgument);
 }
@@ -130,6 +194,27 @@ TEST(GpuDevice, CudaDeviceMatchesTheHostKernels) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU: " << cuda_unavailable_reason();
   auto cuda = cuda_device(0);
   check_conformance(*cuda);
+}
+
+// What one process writes into its shared memory, another mapping of the handle reads (here
+// within one process; the IPC tests cover other processes), and the segment goes with its owner.
+TEST(FakeDevice, SharedMemoryOpensFromItsHandle) {
+  FakeDevice fake({0, 0, 1});
+  SharedMemory m = fake.allocate_shared(1000);
+  ASSERT_EQ(m.handle.size(), kSharedHandleBytes);
+  std::shared_ptr<void> other = fake.open_shared(m.handle);
+  ASSERT_NE(other.get(), m.memory.get());  // another mapping of the same pages
+  std::memcpy(m.memory.get(), "tessera", 8);
+  EXPECT_STREQ(static_cast<const char*>(other.get()), "tessera");
+  other.reset();
+  const std::vector<char> handle = m.handle;
+  m.memory.reset();
+  EXPECT_THROW(fake.open_shared(handle), DeviceError);
+}
+
+TEST(GpuDevice, TheHostDeviceSharesNoMemory) {
+  EXPECT_FALSE(host_device().shares_memory());
+  EXPECT_THROW(host_device().allocate_shared(8), DeviceError);
 }
 
 TEST(GpuDevice, WithoutAGpuCudaDeviceSaysWhatIsMissing) {
