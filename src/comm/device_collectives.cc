@@ -1,5 +1,5 @@
-// The device collectives: NCCL where the selector chose it (and NCCL takes the dtype and op),
-// host staging otherwise.
+// The device collectives: each call goes to the backend the selector chose (NCCL where it takes
+// the dtype and op, else staged), the IPC ones in ipc_collectives.cc.
 //
 // Staged allreduce, in segments of S bytes (N bytes in all, k = ceil(N / S) segments):
 //   1. enqueue every segment's device->host copy on the caller's stream, an event after each;
@@ -8,11 +8,16 @@
 //   3. the caller's stream waits for the upload stream.
 // So the copies down, the host reduction and the copies up of different segments overlap; the
 // device moves 2N bytes over the host link.
+//
+// Hierarchical allreduce: IPC within each node (ipc_allreduce), and between its reduction and
+// its copy out, each rank's reduced chunk crosses the nodes staged: down to pinned memory,
+// allreduced on the host over cross() (the ranks of the same local rank), back up.
 #include "comm/device_collectives.h"
 
 #include <numeric>
 
 #include "comm/collectives.h"
+#include "comm/ipc_collectives.h"
 #include "common/error.h"
 #include "gpu/nccl.h"
 
@@ -20,14 +25,17 @@ namespace tessera {
 namespace comm {
 namespace {
 
-gpu::Clock::time_point deadline_of(const Communicator& comm) {
-  return gpu::Clock::now() + std::chrono::duration_cast<gpu::Clock::duration>(
-                                 std::chrono::duration<double>(comm.settings().timeout_s));
-}
-
 bool use_nccl(DeviceContext& ctx, const DeviceOptions& o, DataType dtype, ReduceOp op) {
   return ctx.backend(o.backend) == DeviceBackend::kNccl && gpu::nccl_supports(dtype, op);
 }
+
+bool use_ipc(DeviceContext& ctx, const DeviceOptions& o) {
+  return ctx.backend(o.backend) == DeviceBackend::kIpc;
+}
+
+// Average as a sum and the factor that makes it one over `size` ranks.
+ReduceOp reduction_of(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+double factor_of(ReduceOp op, int size) { return op == ReduceOp::kAverage ? 1.0 / size : 1.0; }
 
 // Device -> staging (whole buffer), waited for. The stream first waits until earlier staged
 // calls' copies out of the staging buffer are done.
@@ -35,7 +43,7 @@ void download(DeviceContext& ctx, gpu::Stream& stream, char* host, const void* d
               const char* what) {
   if (ctx.last_upload) stream.wait(ctx.last_upload);
   stream.copy(host, dev, bytes);
-  stream.record()->synchronize(deadline_of(ctx.comm()), what);
+  stream.record()->synchronize(timeout_deadline(ctx.comm()), what);
 }
 
 // Staging -> device on the upload stream; the caller's stream waits for it.
@@ -62,7 +70,7 @@ void staged_allreduce(DeviceContext& ctx, gpu::Stream& stream, const void* send,
   AllreduceOptions host_options;
   host_options.op = op;
   host_options.algorithm = o.host_algorithm;
-  const auto deadline = deadline_of(ctx.comm());
+  const auto deadline = timeout_deadline(ctx.comm());
   for (size_t k = 0, off = 0; off < bytes; ++k, off += segment) {
     const size_t len = std::min(segment, bytes - off);
     downloaded[k]->synchronize(deadline, "a staged allreduce's device->host copy");
@@ -71,6 +79,29 @@ void staged_allreduce(DeviceContext& ctx, gpu::Stream& stream, const void* send,
   }
   ctx.last_upload = up.record();
   stream.wait(ctx.last_upload);
+}
+
+// IPC within the node; each rank's reduced chunk allreduced across nodes through pinned memory.
+void hierarchical_allreduce(DeviceContext& ctx, gpu::Stream& stream, const void* send, void* recv,
+                            size_t count, DataType dtype, ReduceOp op, const DeviceOptions& o) {
+  Communicator* cross = ctx.comm().cross();
+  TESSERA_CHECK(cross != nullptr && ctx.comm().uniform_nodes(),
+                "the hierarchical device backend needs a communicator with node structure and the "
+                "same number of ranks on every node; ",
+                ctx.comm().describe(), " has not");
+  AllreduceOptions across;
+  across.op = reduction_of(op);
+  across.algorithm = o.host_algorithm;
+  const size_t es = dtype_size(dtype);
+  auto between = [&](gpu::Stream& s, char* chunk, size_t n) {
+    if (n == 0) return;
+    char* host = ctx.staging(n * es);
+    download(ctx, s, host, chunk, n * es, "a hierarchical allreduce's device->host copy");
+    allreduce(*cross, host, host, n, dtype, across);
+    s.copy(chunk, host, n * es);  // run before the step that ends the reduction
+  };
+  ipc_allreduce(ctx.peers(), stream, send, recv, count, dtype, reduction_of(op),
+                factor_of(op, ctx.comm().size()), between);
 }
 
 size_t total(const std::vector<size_t>& counts) {
@@ -86,7 +117,19 @@ void device_allreduce(DeviceContext& ctx, gpu::Stream& stream, const void* send,
   if (count == 0) return;
   if (use_nccl(ctx, o, dtype, op))
     return ctx.nccl().allreduce(stream, send, recv, count, dtype, op);
-  staged_allreduce(ctx, stream, send, recv, count, dtype, op, o);
+  if (ctx.comm().size() == 1) {  // the average over one rank is the value itself
+    if (send != recv) stream.copy(recv, send, count * dtype_size(dtype));
+    return;
+  }
+  switch (ctx.backend(o.backend)) {
+    case DeviceBackend::kIpc:
+      return ipc_allreduce(ctx.peers(), stream, send, recv, count, dtype, reduction_of(op),
+                           factor_of(op, ctx.comm().size()));
+    case DeviceBackend::kHierarchical:
+      return hierarchical_allreduce(ctx, stream, send, recv, count, dtype, op, o);
+    default:
+      return staged_allreduce(ctx, stream, send, recv, count, dtype, op, o);
+  }
 }
 
 void device_allgatherv(DeviceContext& ctx, gpu::Stream& stream, const void* send, void* recv,
@@ -97,6 +140,7 @@ void device_allgatherv(DeviceContext& ctx, gpu::Stream& stream, const void* send
   if (use_nccl(ctx, o, dtype, ReduceOp::kSum)) {
     return ctx.nccl().allgatherv(stream, send, recv, counts, dtype);
   }
+  if (use_ipc(ctx, o)) return ipc_allgatherv(ctx.peers(), stream, send, recv, counts, dtype);
   const size_t es = dtype_size(dtype);
   const size_t before = std::accumulate(counts.begin(), counts.begin() + comm.rank(), size_t{0});
   char* host = ctx.staging(total(counts) * es);
@@ -114,12 +158,13 @@ void device_broadcast(DeviceContext& ctx, gpu::Stream& stream, void* buf, size_t
   if (use_nccl(ctx, o, dtype, ReduceOp::kSum)) {
     return ctx.nccl().broadcast(stream, buf, count, dtype, root);
   }
+  if (use_ipc(ctx, o)) return ipc_broadcast(ctx.peers(), stream, buf, count, dtype, root);
   const size_t bytes = count * dtype_size(dtype);
   char* host = ctx.staging(bytes);
   if (comm.rank() == root) {
     download(ctx, stream, host, buf, bytes, "a staged broadcast's device->host copy");
   } else if (ctx.last_upload) {
-    ctx.last_upload->synchronize(deadline_of(comm), "the previous staged copies");
+    ctx.last_upload->synchronize(timeout_deadline(comm), "the previous staged copies");
   }
   broadcast(comm, host, count, dtype, root);
   if (comm.rank() != root) upload(ctx, stream, buf, host, bytes);
@@ -128,8 +173,14 @@ void device_broadcast(DeviceContext& ctx, gpu::Stream& stream, void* buf, size_t
 void device_reduce_scatter(DeviceContext& ctx, gpu::Stream& stream, const void* send, void* recv,
                            size_t block, DataType dtype, ReduceOp op, const DeviceOptions& o) {
   Communicator& comm = ctx.comm();
+  TESSERA_CHECK(op != ReduceOp::kAverage || is_floating(dtype),
+                "average needs a floating-point dtype, got ", dtype_name(dtype));
   if (use_nccl(ctx, o, dtype, op)) {
     return ctx.nccl().reduce_scatter(stream, send, recv, block, dtype, op);
+  }
+  if (use_ipc(ctx, o)) {
+    return ipc_reduce_scatter(ctx.peers(), stream, send, recv, block, dtype, reduction_of(op),
+                              factor_of(op, comm.size()));
   }
   const size_t bytes = block * dtype_size(dtype);
   const size_t all = bytes * static_cast<size_t>(comm.size());
@@ -145,6 +196,9 @@ void device_alltoallv(DeviceContext& ctx, gpu::Stream& stream, const void* send,
                       const DeviceOptions& o) {
   if (use_nccl(ctx, o, dtype, ReduceOp::kSum)) {
     return ctx.nccl().alltoallv(stream, send, send_counts, recv, recv_counts, dtype);
+  }
+  if (use_ipc(ctx, o)) {
+    return ipc_alltoallv(ctx.peers(), stream, send, send_counts, recv, recv_counts, dtype);
   }
   const size_t es = dtype_size(dtype);
   const size_t sent = total(send_counts) * es;

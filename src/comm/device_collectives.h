@@ -1,6 +1,8 @@
 // Collectives on device buffers (CUDA memory, or the fake device's in tests). MPI never sees a
-// device pointer: the backends (device_selector.h) are NCCL, or host staging through pinned
-// buffers with tessera's own host algorithms.
+// device pointer: the backends (device_selector.h) are NCCL; IPC within a node
+// (ipc_collectives.h); host staging through pinned buffers with tessera's own host algorithms;
+// and hierarchical, whose allreduce is IPC within each node around a staged allreduce across
+// nodes (its other collectives are staged).
 //
 // Ordering, as in CUDA: a collective reads its input after the work enqueued on `stream`
 // before the call, and its results are ready for work enqueued on `stream` after it returns.
@@ -17,6 +19,7 @@
 
 #include "comm/algorithm.h"
 #include "comm/communicator.h"
+#include "comm/device_peers.h"
 #include "comm/device_selector.h"
 #include "common/dtype.h"
 #include "gpu/device.h"
@@ -61,6 +64,9 @@ class DeviceContext {
   std::shared_ptr<gpu::Event> last_upload;
   // The NCCL communicator over `comm` (created, collectively, on first use).
   gpu::NcclComm& nccl();
+  // The IPC backend's buffers over this node's ranks of `comm` (comm's local() where it has
+  // node structure, else comm itself), made on first use.
+  PeerBuffers& peers();
 
  private:
   Communicator& comm_;
@@ -70,6 +76,7 @@ class DeviceContext {
   size_t staging_bytes_ = 0;
   std::unique_ptr<gpu::Stream> upload_;
   std::unique_ptr<gpu::NcclComm> nccl_;
+  std::unique_ptr<PeerBuffers> peers_;
 };
 
 // recv[i] = op over ranks of send[i] (kAverage: the mean), count elements, on every rank.

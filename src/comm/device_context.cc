@@ -38,8 +38,7 @@ DeviceContext::DeviceContext(Communicator& comm, gpu::Device& device)
   topology_.ranks = gather_devices(comm, device);
   topology_.cuda_devices = device.name().rfind("cuda:", 0) == 0;
   topology_.nccl_built = gpu::nccl_built();
-  // CUDA IPC is not implemented yet: every shared-GPU case takes the staged backend.
-  topology_.ipc_possible = false;
+  topology_.ipc_possible = device.shares_memory();
 }
 
 DeviceContext::~DeviceContext() {
@@ -57,10 +56,7 @@ DeviceBackend DeviceContext::backend(DeviceBackend requested) const {
 char* DeviceContext::staging(size_t bytes) {
   if (bytes > staging_bytes_) {
     if (last_upload) {
-      last_upload->synchronize(
-          gpu::Clock::now() + std::chrono::duration_cast<gpu::Clock::duration>(
-                                  std::chrono::duration<double>(comm_.settings().timeout_s)),
-          "the copies from the old staging buffer");
+      last_upload->synchronize(timeout_deadline(comm_), "the copies from the old staging buffer");
     }
     staging_bytes_ = std::max(bytes, staging_bytes_ * 2);
     staging_ = device_.allocate_host(staging_bytes_);
@@ -78,12 +74,18 @@ gpu::NcclComm& DeviceContext::nccl() {
     std::vector<char> id(128);
     if (comm_.rank() == 0) id = gpu::NcclComm::unique_id();
     broadcast(comm_, id.data(), id.size(), DataType::kUInt8, 0);
-    const auto deadline =
-        gpu::Clock::now() + std::chrono::duration_cast<gpu::Clock::duration>(
-                                std::chrono::duration<double>(comm_.settings().timeout_s));
-    nccl_ = std::make_unique<gpu::NcclComm>(id, comm_.size(), comm_.rank(), device_, deadline);
+    nccl_ = std::make_unique<gpu::NcclComm>(id, comm_.size(), comm_.rank(), device_,
+                                            timeout_deadline(comm_));
   }
   return *nccl_;
+}
+
+PeerBuffers& DeviceContext::peers() {
+  if (!peers_) {
+    Communicator* local = comm_.local();
+    peers_ = std::make_unique<PeerBuffers>(local != nullptr ? *local : comm_, device_);
+  }
+  return *peers_;
 }
 
 }  // namespace comm

@@ -61,6 +61,17 @@ bool one_node(const DeviceTopology& t) {
   return nodes.size() <= 1;
 }
 
+// Every node holds the same number of ranks (the hierarchical allreduce pairs ranks across nodes
+// by local rank).
+bool uniform_nodes(const DeviceTopology& t) {
+  std::map<int, int> per_node;
+  for (const RankDevice& r : t.ranks) ++per_node[r.node];
+  for (const auto& [node, n] : per_node) {
+    if (n != per_node.begin()->second) return false;
+  }
+  return true;
+}
+
 // Why `b` cannot run on `t`, or "" when it can.
 std::string why_not(const DeviceTopology& t, DeviceBackend b) {
   switch (b) {
@@ -72,12 +83,12 @@ std::string why_not(const DeviceTopology& t, DeviceBackend b) {
       return "";
     }
     case DeviceBackend::kIpc:
-      if (!t.ipc_possible) return "CUDA IPC needs CUDA devices and a build with it";
+      if (!t.ipc_possible) return "CUDA IPC needs CUDA devices (or the fake device)";
       if (!one_node(t)) return "CUDA IPC works within one node and these ranks span several";
       return "";
     case DeviceBackend::kHierarchical:
-      if (!t.ipc_possible)
-        return "its in-node part (CUDA IPC) needs CUDA devices and a build with it";
+      if (!t.ipc_possible) return "its in-node part (CUDA IPC) needs CUDA devices";
+      if (!uniform_nodes(t)) return "it needs the same number of ranks on every node";
       return "";
     default:
       return "";
@@ -101,8 +112,9 @@ DeviceBackend choose_device_backend(const DeviceTopology& t, DeviceBackend reque
     return requested;
   }
   if (why_not(t, DeviceBackend::kNccl).empty()) return DeviceBackend::kNccl;
-  if (!t.ipc_possible) return DeviceBackend::kStaged;
-  return one_node(t) ? DeviceBackend::kIpc : DeviceBackend::kHierarchical;
+  if (why_not(t, DeviceBackend::kIpc).empty()) return DeviceBackend::kIpc;
+  if (why_not(t, DeviceBackend::kHierarchical).empty()) return DeviceBackend::kHierarchical;
+  return DeviceBackend::kStaged;
 }
 
 }  // namespace comm

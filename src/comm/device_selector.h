@@ -3,11 +3,11 @@
 //
 //   nccl          every rank of the communicator on its own GPU (NCCL refuses two ranks on one
 //                 GPU: "Duplicate GPU detected")
-//   ipc           one node, every GPU visible to each rank: kernels read the peers' buffers
-//                 through CUDA IPC handles; several ranks may share one GPU
+//   ipc           one node: kernels read the peers' buffers through CUDA IPC handles (the
+//                 fake device: POSIX shared memory); several ranks may share one GPU
 //   staged        device -> pinned host copies overlapped with tessera's host algorithms: works
 //                 everywhere (MPI never sees a device pointer)
-//   hierarchical  ipc within each node, staged across nodes
+//   hierarchical  ipc within each node, staged across nodes (the same number of ranks on each)
 #pragma once
 
 #include <string>
@@ -34,11 +34,11 @@ struct DeviceTopology {
   std::vector<RankDevice> ranks;  // by rank
   bool cuda_devices = false;      // the ranks use real CUDA devices (not the host or fake ones)
   bool nccl_built = false;        // this build has NCCL
-  bool ipc_possible = false;      // CUDA IPC may run (real CUDA devices, and built)
+  bool ipc_possible = false;      // the devices share memory across processes (CUDA, fake)
 };
 
 // The backend for `requested` on `topology` (the same on every rank). kAuto: nccl where it may
-// run, else hierarchical across several nodes with IPC, else ipc on one node, else staged.
+// run, else ipc on one node, else hierarchical across nodes of equal size, else staged.
 // An explicit request that cannot run here is an InvalidArgument saying why (naming the ranks
 // that share a GPU for nccl) and which backends can.
 DeviceBackend choose_device_backend(const DeviceTopology& topology, DeviceBackend requested);

@@ -52,8 +52,9 @@ inline constexpr TextSetting kDeviceBackend{
     "auto",
     "`auto`, `nccl`, `ipc`, `staged` or `hierarchical`",
     "backend of the collectives on GPU buffers: `auto` takes NCCL where every rank has its own "
-    "GPU and host staging otherwise; a forced backend that cannot run (NCCL with two ranks on "
-    "one GPU) is an error naming the ranks",
+    "GPU, else CUDA IPC on one node, else hierarchical (IPC within nodes of equal size, staged "
+    "across), else host staging; a forced backend that cannot run (NCCL with two ranks on one "
+    "GPU) is an error saying why and which can",
     check_device_backend};
 
 // What collectives on one communicator use. Every rank of a communicator holds the same.

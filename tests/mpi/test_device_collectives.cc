@@ -1,12 +1,15 @@
-// Device collectives against the host collectives on the same data, bit for bit: on every
-// rank's fake device (asynchronous streams with random delays, so a missing wait shows), and on
-// GPU 0 where this machine has one (the ranks then share it: staged, never NCCL). Small staging
-// segments reach the multi-segment overlap with small counts.
+// Device collectives against the host collectives on the same data, bit for bit, through each
+// backend: on every rank's fake device (asynchronous streams with random delays, so a missing
+// wait shows; shared memory between the ranks for IPC), and on GPU 0 where this machine has one
+// (the ranks then share it: IPC, staged or hierarchical; NCCL at one rank). A backend that
+// cannot run on the ranks' layout skips, saying why. Small staging segments reach the
+// multi-segment overlap with small counts.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/collectives.h"
@@ -37,17 +40,36 @@ std::unique_ptr<gpu::Device> make_device(const std::string& kind, int rank) {
   return gpu::cuda_device(0);
 }
 
+// "fake/ipc" -> {"fake", "ipc"}.
+std::pair<std::string, std::string> split_param(const std::string& p) {
+  const size_t slash = p.find('/');
+  return {p.substr(0, slash), p.substr(slash + 1)};
+}
+
+// "fake/ipc" -> "fake_ipc" (test names take no slash).
+std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
+  const auto parts = split_param(info.param);
+  return parts.first + "_" + parts.second;
+}
+
 class DeviceCollectivesTest : public testing::WorldTest,
                               public ::testing::WithParamInterface<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "cuda" && gpu::cuda_device_count() == 0) {
+    kind_ = split_param(GetParam()).first;
+    if (kind_ == "cuda" && gpu::cuda_device_count() == 0) {
       GTEST_SKIP() << "no GPU: " << gpu::cuda_unavailable_reason();
     }
-    device_ = make_device(GetParam(), world_->rank());
+    device_ = make_device(kind_, world_->rank());
     stream_ = device_->new_stream();
     ctx_ = std::make_unique<DeviceContext>(*world_, *device_);
     options_.staging_segment_bytes = 4096;
+    options_.backend = parse_device_backend(split_param(GetParam()).second);
+    try {
+      ctx_->backend(options_.backend);
+    } catch (const InvalidArgument& e) {  // the same on every rank: the layout is shared
+      GTEST_SKIP() << e.what();
+    }
   }
   // Device copies of host bytes, and back (synchronised).
   std::shared_ptr<void> upload(const Buf& b) {
@@ -83,6 +105,7 @@ class DeviceCollectivesTest : public testing::WorldTest,
     return std::vector<char>(b.bytes.begin(), b.bytes.begin() + static_cast<long>(bytes));
   }
 
+  std::string kind_;  // "fake" or "cuda"
   std::unique_ptr<gpu::Device> device_;
   std::unique_ptr<gpu::Stream> stream_;
   std::unique_ptr<DeviceContext> ctx_;
@@ -120,7 +143,7 @@ TEST_P(DeviceCollectivesTest, AllreduceEqualsTheHostOnEveryDtypeAndOp) {
 // its caller's stream. On the fake device the upload stream lags far behind the others, so
 // dropping either wait fails here.
 TEST_P(DeviceCollectivesTest, ConsecutiveCallsShareTheStagingBufferSafely) {
-  if (GetParam() == "fake") {
+  if (kind_ == "fake") {
     gpu::FakeDeviceOptions slow{0, 500, uint64_t(world_->rank()) + 7};
     slow.slow_stream = 1;  // made second, below: the context's upload stream
     slow.slow_delay_us = 20000;
@@ -203,10 +226,32 @@ TEST_P(DeviceCollectivesTest, AllgathervBroadcastReduceScatterAlltoallEqualTheHo
   }
 }
 
+// Ranks whose alltoallv counts disagree fail on every rank alike, naming the pair (IPC checks
+// every rank's counts, since a rank that threw alone would leave the others waiting).
+TEST_P(DeviceCollectivesTest, IpcAlltoallvWithDisagreeingCountsFailsOnEveryRank) {
+  if (options_.backend != DeviceBackend::kIpc || world_->size() < 2) {
+    GTEST_SKIP() << "IPC at 2 ranks or more";
+  }
+  const auto n = static_cast<size_t>(world_->size());
+  std::vector<size_t> sc(n, 1), rc(n, 1);
+  if (world_->rank() == 0) sc[1] = 2;  // rank 1 expects 1
+  auto d_in = device_->allocate(16 * n), d_out = device_->allocate(16 * n);
+  try {
+    device_alltoallv(*ctx_, *stream_, d_in.get(), sc, d_out.get(), rc, DataType::kFloat32,
+                     options_);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 sends 2 elements to rank 1, which expects 1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // The ranks of this test share one device (every fake device 0 is one "GPU"; on a GPU machine
-// they share GPU 0): auto stages, and NCCL forced is refused naming the ranks (at one rank it
-// may run where the build has NCCL and the device is real).
-TEST_P(DeviceCollectivesTest, SharedDeviceStagesAndRefusesForcedNccl) {
+// they share GPU 0). auto takes IPC on one node, hierarchical across nodes of equal size,
+// staged otherwise; NCCL forced is refused naming the ranks (at one rank it may run where the
+// build has NCCL and the device is real).
+TEST_P(DeviceCollectivesTest, SharedDeviceTakesIpcAndRefusesForcedNccl) {
   const DeviceBackend chosen = ctx_->backend(DeviceBackend::kAuto);
   if (world_->size() > 1) {
     EXPECT_NE(chosen, DeviceBackend::kNccl);
@@ -221,13 +266,19 @@ TEST_P(DeviceCollectivesTest, SharedDeviceStagesAndRefusesForcedNccl) {
           << what;
     }
   }
-  if (GetParam() == "fake") {
-    EXPECT_EQ(chosen, DeviceBackend::kStaged);
+  if (kind_ == "fake" || world_->size() > 1) {
+    const DeviceBackend expected = world_->num_nodes() == 1  ? DeviceBackend::kIpc
+                                   : world_->uniform_nodes() ? DeviceBackend::kHierarchical
+                                                             : DeviceBackend::kStaged;
+    EXPECT_EQ(chosen, expected) << device_backend_name(chosen);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, DeviceCollectivesTest, ::testing::Values("fake", "cuda"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Devices, DeviceCollectivesTest,
+                         ::testing::Values("fake/ipc", "fake/staged", "fake/hierarchical",
+                                           "cuda/ipc", "cuda/staged", "cuda/hierarchical",
+                                           "cuda/nccl"),
+                         param_name);
 
 }  // namespace
 }  // namespace comm

@@ -38,11 +38,18 @@ std::string error_of(const Handle& h) {
 class EngineDeviceTest : public testing::WorldTest,
                          public ::testing::WithParamInterface<std::string> {
  protected:
+  // The parameter: "<device>/<backend>" ("fake/ipc"); the engine runs over a communicator whose
+  // settings force that backend (TESSERA_DEVICE_BACKEND).
   void SetUp() override {
-    if (GetParam() == "cuda" && gpu::cuda_device_count() == 0) {
+    const size_t slash = GetParam().find('/');
+    kind_ = GetParam().substr(0, slash);
+    comm::Settings settings = world_->settings();
+    settings.device_backend = comm::parse_device_backend(GetParam().substr(slash + 1));
+    comm_ = world_->dup(settings);
+    if (kind_ == "cuda" && gpu::cuda_device_count() == 0) {
       GTEST_SKIP() << "no GPU: " << gpu::cuda_unavailable_reason();
     }
-    if (GetParam() == "fake") {
+    if (kind_ == "fake") {
       device_ = std::make_unique<gpu::FakeDevice>(
           gpu::FakeDeviceOptions{0, 200, uint64_t(world_->rank()) + 3});
     } else {
@@ -50,7 +57,7 @@ class EngineDeviceTest : public testing::WorldTest,
     }
   }
   void use(gpu::FakeDeviceOptions o) {
-    if (GetParam() != "fake") GTEST_SKIP() << "the fake device's slow streams only";
+    if (kind_ != "fake") GTEST_SKIP() << "the fake device's slow streams only";
     device_ = std::make_unique<gpu::FakeDevice>(o);
   }
   EngineOptions fast() const {
@@ -103,13 +110,15 @@ class EngineDeviceTest : public testing::WorldTest,
     return std::vector<char>(b.bytes.begin(), b.bytes.begin() + static_cast<long>(bytes));
   }
 
+  std::string kind_;                          // "fake" or "cuda"
+  std::unique_ptr<comm::Communicator> comm_;  // world, with the backend of the parameter
   std::unique_ptr<gpu::Device> device_;
 };
 
 // Each dtype, alone and fused with others, with scale factors and averaging: the same bytes as
 // the host engine gives for the same requests.
 TEST_P(EngineDeviceTest, AllreduceEqualsTheHostEngineBitForBit) {
-  Engine engine(*world_, fast());
+  Engine engine(*comm_, fast());
   engine.set_device(*device_);
   const std::vector<size_t> counts = {1, 7, 1000, 3001};
   for (DataType dt : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
@@ -160,7 +169,7 @@ TEST_P(EngineDeviceTest, AllreduceEqualsTheHostEngineBitForBit) {
 // Broadcast, allgather with rows differing by rank, reduce-scatter and alltoall: the host
 // engine's bytes.
 TEST_P(EngineDeviceTest, OtherCollectivesEqualTheHostEngine) {
-  Engine engine(*world_, fast());
+  Engine engine(*comm_, fast());
   engine.set_device(*device_);
   const int n = world_->size(), r = world_->rank();
   const DataType dt = DataType::kFloat32;
@@ -218,7 +227,7 @@ TEST_P(EngineDeviceTest, TheEngineWaitsForEachProducersReadiness) {
   use(o);
   auto p1 = device_->new_stream();
   auto p2 = device_->new_stream();
-  Engine engine(*world_, fast());
+  Engine engine(*comm_, fast());
   engine.set_device(*device_);
   const DataType dt = DataType::kFloat32;
   const size_t count = 777;
@@ -262,7 +271,7 @@ TEST_P(EngineDeviceTest, AConsumerStreamWaitsOnTheCompletionEvent) {
   auto consumer = device_->new_stream();
   std::weak_ptr<void> input_alive;
   {
-    Engine engine(*world_, fast());
+    Engine engine(*comm_, fast());
     engine.set_device(*device_);
     const DataType dt = DataType::kFloat32;
     const size_t count = 1001;
@@ -308,7 +317,7 @@ TEST_P(EngineDeviceTest, AFailingDeviceOperationReachesWait) {
   const Buf a = input(dt, 100, 5);
   for (bool in_producer : {false, true}) {
     SCOPED_TRACE(in_producer ? "producer" : "engine");
-    Engine engine(*world_, fast());
+    Engine engine(*comm_, fast());
     engine.set_device(*device_);
     auto da = upload(a);
     auto out = device_->allocate(400);
@@ -355,7 +364,7 @@ TEST(EngineDeviceHandle, AFailureSeenOnlyByTheCompletionEventReachesWait) {
 // Ranks that disagree on host vs device for one name fail on every rank, naming the ranks.
 TEST_P(EngineDeviceTest, HostAndDeviceTensorsOfOneNameFailOnEveryRank) {
   if (world_->size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  Engine engine(*world_, fast());
+  Engine engine(*comm_, fast());
   engine.set_device(*device_);
   Buf x(DataType::kFloat32, 10), y(DataType::kFloat32, 10);
   auto dx = upload(x);
@@ -373,7 +382,7 @@ TEST_P(EngineDeviceTest, HostAndDeviceTensorsOfOneNameFailOnEveryRank) {
 TEST_P(EngineDeviceTest, ATensorOnAnotherDeviceThanTheRanksIsRefused) {
   use({0, 10, 1});
   gpu::FakeDevice other({0, 10, 2}, 1);
-  Engine engine(*world_, fast());
+  Engine engine(*comm_, fast());
   int x = 0, y = 0;
   Request r = make_request("elsewhere", OpType::kAllreduce, DataType::kInt32, {1}, &x, &y);
   r.device = &other;
@@ -421,7 +430,7 @@ TEST_P(EngineDeviceTest, ForcedNcclOnRanksSharingADeviceFailsNamingThem) {
 // every rank alike, and the join still completes.
 TEST_P(EngineDeviceTest, ADeviceTensorWhileARankHasJoinedFailsEverywhere) {
   if (world_->size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  Engine engine(*world_, fast());
+  Engine engine(*comm_, fast());
   engine.set_device(*device_);
   if (world_->rank() == 0) {
     engine.join().wait(60);
@@ -432,8 +441,13 @@ TEST_P(EngineDeviceTest, ADeviceTensorWhileARankHasJoinedFailsEverywhere) {
   engine.join().wait(60);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, EngineDeviceTest, ::testing::Values("fake", "cuda"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Devices, EngineDeviceTest,
+                         ::testing::Values("fake/ipc", "fake/staged", "cuda/ipc", "cuda/staged"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           name[name.find('/')] = '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace engine

@@ -46,6 +46,16 @@ TEST(DeviceSelector, AutoAvoidsNcclWhenRanksShareAGpu) {
       DeviceBackend::kStaged);
 }
 
+// The hierarchical allreduce pairs ranks across nodes by local rank: nodes of different sizes
+// stage instead, and hierarchical asked for says why.
+TEST(DeviceSelector, UnevenNodesStageAndRefuseHierarchical) {
+  const DeviceTopology uneven = topo({0, 0, 1}, {"a", "a", "b"});
+  EXPECT_EQ(choose_device_backend(uneven, DeviceBackend::kAuto), DeviceBackend::kStaged);
+  const std::string e = error_of(uneven, DeviceBackend::kHierarchical);
+  EXPECT_NE(e.find("same number of ranks on every node"), std::string::npos) << e;
+  EXPECT_NE(e.find("Backends that can: staged"), std::string::npos) << e;
+}
+
 TEST(DeviceSelector, WithoutNcclOrIpcAutoStages) {
   EXPECT_EQ(
       choose_device_backend(topo({0, 0}, {"a", "b"}, true, false, false), DeviceBackend::kAuto),
