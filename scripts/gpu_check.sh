@@ -66,7 +66,8 @@ fi
 row "build" "ok" "$(elapsed)"
 
 # 3. The GPU tests: device conformance, the device collectives and the engine on CUDA tensors
-# at 1, 2 and 4 ranks sharing the GPU (NCCL at 1 rank; staged when ranks share it).
+# at 1, 2 and 4 ranks sharing the GPU (each backend that can run: IPC, staged and hierarchical
+# when ranks share it, NCCL at 1 rank; the others skip saying why).
 test_row() {  # name, log, command...
   local name=$1 log=$2; shift 2
   if timeout 240 "$@" > "$log" 2>&1; then
@@ -84,11 +85,13 @@ for np in 1 2 4; do
 done
 
 # 4. The device benchmarks: allreduce 4 KiB to 256 MiB at 1 rank (NCCL) and at 2 and 4 ranks
-# sharing the GPU (staged), beside the host round trip and under the measured ceilings.
+# sharing the GPU (IPC and staged), beside the host round trip and under the measured ceilings.
 for np in 1 2 4; do
   b=$LOG/bench_allreduce_np$np.txt
+  backends=ipc,staged
+  [ "$np" = 1 ] && backends=auto
   if timeout 150 $MPIRUN -np "$np" "$BUILD/apps/tessera/tessera-bench" allreduce --device "${GPU_CHECK_DEVICE:-cuda}" \
-       -b 4K -e 256M -f 4 -n 10 -w 3 > "$b" 2>&1; then
+       --backend "$backends" -b 4K -e 256M -f 4 -n 10 -w 3 > "$b" 2>&1; then
     row "bench allreduce, $np ranks" "ok" "$b"
   else
     row "bench allreduce, $np ranks" "FAIL" "$b"

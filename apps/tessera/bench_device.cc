@@ -210,12 +210,27 @@ std::function<void()> host_run(const BenchOptions& o, Communicator& world, const
   return [=, &world] { comm::alltoall(world, send, recv, k, dt); };
 }
 
-// Staged allreduce copies S bytes down and S up, overlapped: it cannot beat the slower
-// direction. Other backends and collectives: no bound printed (0).
-double bound_us(const BenchOptions& o, DeviceBackend b, const Ceilings& c, size_t bytes) {
-  if (o.collective != "allreduce" || b != DeviceBackend::kStaged) return 0;
+// Allreduce of S bytes over n ranks, g of them on each GPU (ipc_collectives.h):
+//   staged  copies S down and S up, overlapped: max(S/d2h, S/h2d);
+//   ipc     each rank reads 3S and writes (2 + 1/n)S of device memory, and the g ranks on a GPU
+//           share its memory: g (5 + 1/n) S of traffic, at 2 x the copy rate (a copy of B bytes
+//           moves 2B): g (5 + 1/n) S / (2 copy).
+// Other backends and collectives: no bound printed (0).
+double bound_us(const BenchOptions& o, DeviceBackend b, const Ceilings& c, size_t bytes, int n,
+                int per_gpu) {
+  if (o.collective != "allreduce") return 0;
   const double s = static_cast<double>(bytes);
-  return std::max(s / c.d2h, s / c.h2d) / 1e3;
+  if (b == DeviceBackend::kStaged) return std::max(s / c.d2h, s / c.h2d) / 1e3;
+  if (b == DeviceBackend::kIpc) return per_gpu * (5 + 1.0 / n) * s / (2 * c.device_copy) / 1e3;
+  return 0;
+}
+
+// How many ranks share rank 0's GPU.
+int ranks_on_gpu_of_rank0(const comm::DeviceContext& ctx) {
+  const auto& ranks = ctx.topology().ranks;
+  return static_cast<int>(std::count_if(ranks.begin(), ranks.end(), [&](const auto& r) {
+    return r.node == ranks[0].node && r.gpu == ranks[0].gpu;
+  }));
 }
 
 // 161 tensors of ResNet-50's gradient sizes into one fusion buffer: one batched copy against
@@ -252,7 +267,7 @@ void print_fusion(Communicator& world, gpu::Device& dev, gpu::Stream& s) {
 }
 
 void print_header(const BenchOptions& o, const Communicator& world, const gpu::Device& dev,
-                  const Ceilings& c, const std::vector<DeviceBackend>& backends) {
+                  const Ceilings& c, const std::vector<DeviceBackend>& backends, int g) {
   std::string names;
   for (DeviceBackend b : backends)
     names += std::string(names.empty() ? "" : " ") + comm::device_backend_name(b);
@@ -267,8 +282,9 @@ void print_header(const BenchOptions& o, const Communicator& world, const gpu::D
       c.device_copy, c.h2d, c.d2h);
   std::printf(
       "# time: median per call of the slowest rank, stream synchronised; vs_host: host time / "
-      "this; bound: staged allreduce max(S/d2h, S/h2d) (both directions overlapped), "
-      "%%bound = bound / time\n");
+      "this; bound: allreduce staged max(S/d2h, S/h2d) (both directions overlapped), ipc "
+      "g(5+1/n)S/(2 copy) (g = %d ranks per GPU), %%bound = bound / time\n",
+      g);
   std::printf("#%11s %12s %6s %6s %13s %11s %9s %9s %7s %7s %9s %7s\n", "size", "count", "type",
               "redop", "backend", "time(us)", "algbw", "busbw", "#wrong", "vs_host", "bound(us)",
               "%bound");
@@ -290,7 +306,8 @@ int run_device_bench(const BenchOptions& o) {
   const std::vector<DeviceBackend> backends = backend_list(o, ctx);
   const size_t max_bytes = std::max<size_t>(all.back(), 4096);
   const Ceilings ceil = measure_ceilings(*world, *dev, *stream, max_bytes);
-  if (world->rank() == 0) print_header(o, *world, *dev, ceil, backends);
+  const int per_gpu = ranks_on_gpu_of_rank0(ctx);
+  if (world->rank() == 0) print_header(o, *world, *dev, ceil, backends, per_gpu);
   auto send_host = dev->allocate_host(max_bytes), recv_host = dev->allocate_host(max_bytes);
   auto send = dev->allocate(max_bytes), recv = dev->allocate(max_bytes);
   char* sh = static_cast<char*>(send_host.get());
@@ -315,7 +332,7 @@ int run_device_bench(const BenchOptions& o) {
       comm::allreduce(*world, &wrong, &wrong, 1, DataType::kInt64, {});
       total_wrong += wrong;
       const double algbw = static_cast<double>(call.moved) / us / 1e3;
-      const double bound = bound_us(o, b, ceil, bytes);
+      const double bound = bound_us(o, b, ceil, bytes, n, per_gpu);
       if (world->rank() == 0) {
         std::printf(" %11zu %12zu %6s %6s %13s %11.2f %9.3f %9.3f %7ld %6.2fx", bytes, call.count,
                     dtype_name(o.dtype), reduce_op_name(o.op), comm::device_backend_name(b), us,
