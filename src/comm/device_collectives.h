@@ -65,7 +65,7 @@ class DeviceContext {
   // The NCCL communicator over `comm` (created, collectively, on first use).
   gpu::NcclComm& nccl();
   // The IPC backend's buffers over this node's ranks of `comm` (comm's local() where it has
-  // node structure, else comm itself), made on first use.
+  // node structure, else comm itself), their steps agreed over all of `comm`; made on first use.
   PeerBuffers& peers();
 
  private:

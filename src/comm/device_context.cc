@@ -83,7 +83,7 @@ gpu::NcclComm& DeviceContext::nccl() {
 PeerBuffers& DeviceContext::peers() {
   if (!peers_) {
     Communicator* local = comm_.local();
-    peers_ = std::make_unique<PeerBuffers>(local != nullptr ? *local : comm_, device_);
+    peers_ = std::make_unique<PeerBuffers>(local != nullptr ? *local : comm_, comm_, device_);
   }
   return *peers_;
 }

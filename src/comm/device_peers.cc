@@ -2,6 +2,8 @@
 #include "comm/device_peers.h"
 
 #include <algorithm>
+#include <exception>
+#include <string>
 
 #include "comm/collectives.h"
 #include "common/error.h"
@@ -40,9 +42,31 @@ const std::vector<char*>& PeerBuffers::buffers(size_t bytes) {
   return ptrs_;
 }
 
+// The meeting is an agreement, not a bare barrier: a rank whose device work failed would
+// otherwise leave the others reading a buffer it never wrote (a silent wrong result) or
+// waiting for it. Every rank learns which ranks failed and throws alike.
 void PeerBuffers::step(gpu::Stream& stream, const char* what) {
-  stream.record()->synchronize(timeout_deadline(comm_), what);
-  barrier(comm_);
+  Communicator& agree = agree_;
+  int32_t failed = 0;
+  std::exception_ptr mine;
+  try {
+    stream.record()->synchronize(timeout_deadline(comm_), what);
+  } catch (const Error&) {  // DeviceError, or TimeoutError of a stuck stream
+    failed = 1;
+    mine = std::current_exception();
+  }
+  std::vector<int32_t> all(static_cast<size_t>(agree.size()));
+  allgather(agree, &failed, all.data(), 1, DataType::kInt32);
+  std::string ranks;
+  for (int r = 0; r < agree.size(); ++r) {
+    if (all[static_cast<size_t>(r)] != 0) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(agree.world_rank_of(r));
+    }
+  }
+  if (ranks.empty()) return;
+  if (failed) std::rethrow_exception(mine);
+  throw DeviceError(detail::concat(what, " failed on the device of rank(s) ", ranks,
+                                   " (MPI_COMM_WORLD); this rank's result would be incomplete"));
 }
 
 }  // namespace comm

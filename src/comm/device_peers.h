@@ -20,20 +20,26 @@ gpu::Clock::time_point timeout_deadline(const Communicator& comm);
 
 class PeerBuffers {
  public:
-  // `comm`'s ranks must share memory (one node); both must outlive this. Makes nothing yet.
-  PeerBuffers(Communicator& comm, gpu::Device& device) : comm_(comm), device_(device) {}
+  // `comm`'s ranks must share memory (one node). The steps agree over `agree`: `comm` itself,
+  // or every rank of a collective that spans nodes (each node's ranks with their own
+  // PeerBuffers), so that a failure on one node is an error on all. All must outlive this.
+  PeerBuffers(Communicator& comm, Communicator& agree, gpu::Device& device)
+      : comm_(comm), agree_(agree), device_(device) {}
 
   Communicator& comm() { return comm_; }
   // Every rank's buffer, by rank, of at least `bytes`: the same `bytes` on every rank (callers
   // derive it from arguments all ranks share). Collective when the buffers grow.
   const std::vector<char*>& buffers(size_t bytes);
   char* mine() const { return ptrs_[static_cast<size_t>(comm_.rank())]; }
-  // Ends a step: the host waits for `stream`'s work so far, then for every rank to get here
-  // (each bounded by the communicator's timeout; `what` names the step in the error).
+  // Ends a step: the host waits for `stream`'s work so far, then for every rank of `agree` to
+  // get here (each bounded by the timeout). If any rank's work failed, every rank throws
+  // DeviceError: that rank's own message there, "`what` failed on the device of rank(s) ..."
+  // (world ranks) elsewhere.
   void step(gpu::Stream& stream, const char* what);
 
  private:
   Communicator& comm_;
+  Communicator& agree_;
   gpu::Device& device_;
   gpu::SharedMemory mine_;
   std::vector<std::shared_ptr<void>> opened_;  // the peers' buffers, mapped here

@@ -47,8 +47,14 @@ void ipc_allreduce(PeerBuffers& peers, gpu::Stream& stream, const void* send, vo
     stream.reduce_many(dtype, op, chunk_of_each(buf, mine.begin * es), my_chunk, mine.size(),
                        between ? 1.0 : factor);
   }
-  if (between) between(stream, my_chunk, mine.size());
-  peers.step(stream, "an IPC allreduce's reduction");
+  if (between) {
+    // Every rank's reduction has run before any rank leaves for the cross-node step, so a
+    // failed one is an error everywhere rather than a rank missing from that allreduce.
+    peers.step(stream, "an IPC allreduce's reduction");
+    between(stream, my_chunk, mine.size());
+  }
+  peers.step(stream, between ? "a hierarchical allreduce's cross-node step"
+                             : "an IPC allreduce's reduction");
   std::vector<gpu::CopyItem> items;
   for (int r = 0; r < n; ++r) {
     const Range c = chunk_range(count, n, r);

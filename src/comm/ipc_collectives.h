@@ -11,8 +11,9 @@
 //   allgatherv, alltoallv:  copy in, then one batched copy from the peers' buffers.
 //   broadcast:  the root copies in, the others copy from its buffer.
 //   reduce-scatter:  copy in, then one kernel reduces block r of every buffer into recv.
-// Average is a sum with the factor 1/n folded into the kernel. Each chunk is computed by one
-// rank, in rank order, so every rank gets the same bits.
+// A rank whose device work fails makes every rank throw at the end of that step
+// (PeerBuffers::step). Average is a sum with the factor 1/n folded into the kernel. Each chunk is
+// computed by one rank, in rank order, so every rank gets the same bits.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +33,8 @@ namespace comm {
 using ChunkStep = std::function<void(gpu::Stream& stream, char* chunk, size_t count)>;
 
 // op is a reduction (not average); the result is multiplied by `factor` (in the reduce kernel,
-// or, with a `between` step, in the copy out).
+// or, with a `between` step, in the copy out). With `between`, the ranks agree that every
+// reduction ran before any rank starts it.
 void ipc_allreduce(PeerBuffers& peers, gpu::Stream& stream, const void* send, void* recv,
                    size_t count, DataType dtype, ReduceOp op, double factor,
                    const ChunkStep& between = nullptr);

@@ -247,6 +247,30 @@ TEST_P(DeviceCollectivesTest, IpcAlltoallvWithDisagreeingCountsFailsOnEveryRank)
   }
 }
 
+// A device operation failing on one rank only (injected, as an ECC error would be) is an error
+// on every rank, across nodes too: its own message there, the failing rank named elsewhere;
+// nobody waits for it or reads a buffer it never wrote.
+TEST_P(DeviceCollectivesTest, IpcFailureOnOneRankFailsEveryRank) {
+  if (kind_ != "fake" || options_.backend == DeviceBackend::kStaged || world_->size() < 2) {
+    GTEST_SKIP() << "the fake device's IPC and hierarchical backends at 2 ranks or more";
+  }
+  auto* fake = static_cast<gpu::FakeDevice*>(device_.get());
+  const Buf in = input(DataType::kFloat32, 1000, 6);
+  auto d_in = upload(in);
+  auto d_out = device_->allocate(4000);
+  if (world_->rank() == 1) fake->fail_next("injected: uncorrectable ECC error");
+  try {
+    device_allreduce(*ctx_, *stream_, d_in.get(), d_out.get(), 1000, DataType::kFloat32,
+                     ReduceOp::kSum, options_);
+    ADD_FAILURE() << "expected DeviceError";
+  } catch (const DeviceError& e) {
+    const std::string what = e.what();
+    const std::string want = world_->rank() == 1 ? "injected: uncorrectable ECC error"
+                                                 : "failed on the device of rank(s) 1";
+    EXPECT_NE(what.find(want), std::string::npos) << what;
+  }
+}
+
 // The ranks of this test share one device (every fake device 0 is one "GPU"; on a GPU machine
 // they share GPU 0). auto takes IPC on one node, hierarchical across nodes of equal size,
 // staged otherwise; NCCL forced is refused naming the ranks (at one rank it may run where the
