@@ -46,7 +46,6 @@ const std::vector<char*>& PeerBuffers::buffers(size_t bytes) {
 // otherwise leave the others reading a buffer it never wrote (a silent wrong result) or
 // waiting for it. Every rank learns which ranks failed and throws alike.
 void PeerBuffers::step(gpu::Stream& stream, const char* what) {
-  Communicator& agree = agree_;
   int32_t failed = 0;
   std::exception_ptr mine;
   try {
@@ -55,12 +54,12 @@ void PeerBuffers::step(gpu::Stream& stream, const char* what) {
     failed = 1;
     mine = std::current_exception();
   }
-  std::vector<int32_t> all(static_cast<size_t>(agree.size()));
-  allgather(agree, &failed, all.data(), 1, DataType::kInt32);
+  std::vector<int32_t> all(static_cast<size_t>(agree_.size()));
+  allgather(agree_, &failed, all.data(), 1, DataType::kInt32);
   std::string ranks;
-  for (int r = 0; r < agree.size(); ++r) {
+  for (int r = 0; r < agree_.size(); ++r) {
     if (all[static_cast<size_t>(r)] != 0) {
-      ranks += (ranks.empty() ? "" : ", ") + std::to_string(agree.world_rank_of(r));
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(agree_.world_rank_of(r));
     }
   }
   if (ranks.empty()) return;
