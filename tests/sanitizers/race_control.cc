@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -16,12 +17,24 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::vector<char> buffer(1 << 16, 1), received(buffer.size());
   std::atomic<bool> stop{false};
+  // Relaxed on purpose: TSan takes no ordering from relaxed atomics, so the counter lets the
+  // sends overlap the writer in time without hiding the race behind a happens-before edge.
+  std::atomic<int> rounds{0};
   std::thread writer([&] {
     for (int round = 0; !stop.load(std::memory_order_relaxed); ++round) {
       for (char& c : buffer) c = static_cast<char>(round);  // no synchronisation with MPI: a race
+      rounds.fetch_add(1, std::memory_order_relaxed);
     }
   });
-  for (int i = 0; i < 20; ++i) {
+  // A loaded machine may start the writer late: send until it has written during the sends (a
+  // CI run once finished all its sends before the writer's first round), for at most 30 s.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (rounds.load(std::memory_order_relaxed) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  const int first = rounds.load(std::memory_order_relaxed);
+  for (int i = 0; i < 20 || (rounds.load(std::memory_order_relaxed) < first + 3 &&
+                             std::chrono::steady_clock::now() < deadline);
+       ++i) {
     MPI_Request req;
     MPI_Irecv(received.data(), static_cast<int>(received.size()), MPI_CHAR, rank, 7, MPI_COMM_WORLD,
               &req);
