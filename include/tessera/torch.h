@@ -13,8 +13,11 @@
 // unnamed calls in the same order. A disagreement between ranks (dtype, shape, op, root)
 // fails on every rank with an InvalidArgument that names the tensor and the ranks.
 //
-// Tensors: CPU, any strides (non-contiguous ones are copied), dtypes f32 f64 f16 bf16 i32
-// i64 u8; others are refused naming the accepted ones.
+// Tensors: CPU or CUDA, any strides (non-contiguous ones are copied), dtypes f32 f64 f16 bf16
+// i32 i64 u8; others are refused naming the accepted ones. A rank's CUDA tensors are all on one
+// GPU (its first CUDA tensor's). A CUDA collective starts after the work enqueued so far on the
+// caller's current stream (an event, not a host wait), and once synchronize() returns, the
+// current stream's later work sees the result.
 #pragma once
 
 #include <torch/torch.h>
@@ -34,6 +37,10 @@ namespace tessera {
 namespace engine {
 class Engine;
 }
+namespace gpu {
+class Device;
+class Stream;
+}  // namespace gpu
 namespace comm {
 class Communicator;
 }
@@ -130,6 +137,10 @@ class TensorHandle {
   torch::Tensor output_;  // what synchronize() returns
   torch::Tensor target_;  // in-place calls: where output_ is copied back (if it is a copy)
   bool allgather_ = false;
+  // CUDA tensors: this rank's device and the caller's stream at the call, which waits on the
+  // collective's completion before synchronize() returns.
+  gpu::Device* device_ = nullptr;
+  std::shared_ptr<gpu::Stream> stream_;
 };
 
 // Blocks until the collective is done and returns its result; rethrows the engine's error

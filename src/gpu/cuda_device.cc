@@ -59,7 +59,11 @@ class CudaStream : public Stream {
     use_device(device);
     TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
-  ~CudaStream() override { cudaStreamDestroy(stream_); }
+  // Someone else's stream (Device::wrap_stream): used, never destroyed.
+  CudaStream(int device, cudaStream_t theirs) : device_(device), stream_(theirs), owned_(false) {}
+  ~CudaStream() override {
+    if (owned_) cudaStreamDestroy(stream_);
+  }
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
 
@@ -121,6 +125,7 @@ class CudaStream : public Stream {
  private:
   int device_;
   cudaStream_t stream_ = nullptr;
+  bool owned_ = true;
 };
 
 class CudaDevice : public Device {
@@ -135,6 +140,9 @@ class CudaDevice : public Device {
     return bus;
   }
   std::unique_ptr<Stream> new_stream() override { return std::make_unique<CudaStream>(index_); }
+  std::unique_ptr<Stream> wrap_stream(void* native) override {
+    return std::make_unique<CudaStream>(index_, static_cast<cudaStream_t>(native));
+  }
   std::shared_ptr<void> allocate(size_t bytes) override {
     use_device(index_);
     void* p = nullptr;

@@ -94,6 +94,10 @@ class Device {
   // a one-GPU machine); "cpu" for the host.
   virtual std::string physical_id() const = 0;
   virtual std::unique_ptr<Stream> new_stream() = 0;
+  // A stream someone else owns (a framework's current stream: a cudaStream_t for CUDA), so that
+  // events are recorded on it and it waits on ours; the wrapper never destroys it. DeviceError
+  // where the device has no native streams.
+  virtual std::unique_ptr<Stream> wrap_stream(void* native);
   // Device memory of `bytes` (at least 256-byte aligned), freed when the last owner lets go
   // (after the work using it has run: the caller keeps it until then).
   virtual std::shared_ptr<void> allocate(size_t bytes) = 0;

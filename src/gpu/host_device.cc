@@ -88,6 +88,10 @@ void host_reduce_many(DataType dtype, ReduceOp op, const std::vector<const void*
   std::memcpy(out, acc.data(), bytes);
 }
 
+std::unique_ptr<Stream> Device::wrap_stream(void*) {
+  throw DeviceError(detail::concat(name(), " has no native streams to wrap"));
+}
+
 SharedMemory Device::allocate_shared(size_t) {
   throw DeviceError(detail::concat(name(), " has no memory other processes can open (CUDA IPC ",
                                    "needs a CUDA device; the fake device uses shared memory)"));

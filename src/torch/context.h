@@ -9,6 +9,7 @@
 #include "comm/communicator.h"
 #include "common/settings.h"
 #include "engine/engine.h"
+#include "gpu/device.h"
 #include "tune/step_tuner.h"
 
 namespace tessera {
@@ -17,6 +18,9 @@ namespace detail {
 struct Context {
   SettingValues settings;  // what every rank agreed on at init
   std::unique_ptr<comm::Communicator> world;
+  // This rank's GPU, made at its first CUDA tensor (device_tensors.h); declared before the
+  // engine, which uses it, so that it outlives it.
+  std::unique_ptr<gpu::Device> device;
   std::unique_ptr<engine::Engine> engine;
   // TESSERA_AUTOTUNE=1: fed by every DistributedOptimizer::step (null otherwise).
   std::unique_ptr<tune::StepTuner> tuner;

@@ -1,10 +1,12 @@
 // Collectives on torch::Tensor: each call checks the tensor, makes it contiguous (a copy only
 // when it is not), enqueues on the engine and returns a handle that keeps the tensors alive.
+// CUDA tensors go through the engine's device path (torch/device_tensors.h).
 
 #include "common/error.h"
 #include "engine/engine.h"
 #include "tessera/torch.h"
 #include "torch/context.h"
+#include "torch/device_tensors.h"
 #include "torch/dtype_map.h"
 
 namespace tessera {
@@ -12,24 +14,39 @@ namespace tessera {
 class TensorOps {
  public:
   static void set(TensorHandle& h, engine::Handle e, torch::Tensor in, torch::Tensor out,
-                  torch::Tensor target, bool allgather) {
+                  torch::Tensor target, bool allgather, const detail::DeviceUse& use) {
     h.handle_ = std::move(e);
     h.input_ = std::move(in);
     h.output_ = std::move(out);
     h.target_ = std::move(target);
     h.allgather_ = allgather;
+    h.device_ = use.device;
+    h.stream_ = use.stream;
+  }
+  // Enqueues one request over `in` -> `out` (`target`: an in-place call's tensor, which receives
+  // the result if `out` is a copy of it).
+  static TensorHandle one(engine::Request r, const detail::DeviceUse& use, torch::Tensor in,
+                          torch::Tensor out, torch::Tensor target, bool allgather = false) {
+    detail::attach(r, use, {in, out});
+    TensorHandle h;
+    set(h, global_engine().enqueue(std::move(r)), std::move(in), std::move(out), std::move(target),
+        allgather, use);
+    return h;
   }
   // Enqueues `requests` as one group; handle i keeps ins[i] and outs[i] alive, and an in-place
   // call's targets[i] (else undefined) receives the result.
   static std::vector<TensorHandle> group(std::vector<engine::Request> requests,
+                                         const detail::DeviceUse& use,
                                          const std::vector<torch::Tensor>& ins,
                                          const std::vector<torch::Tensor>& outs,
                                          const std::vector<torch::Tensor>& targets) {
+    for (size_t i = 0; i < requests.size(); ++i)
+      detail::attach(requests[i], use, {ins[i], outs[i]});
     std::vector<engine::Handle> hs = global_engine().enqueue_group(std::move(requests));
     std::vector<TensorHandle> out(hs.size());
     for (size_t i = 0; i < hs.size(); ++i) {
       set(out[i], std::move(hs[i]), ins[i], outs[i], targets.empty() ? torch::Tensor() : targets[i],
-          false);
+          false, use);
     }
     return out;
   }
@@ -39,10 +56,11 @@ namespace {
 
 std::vector<int64_t> shape_of(const torch::Tensor& t) { return t.sizes().vec(); }
 
-torch::Tensor contiguous_cpu(const torch::Tensor& t, const char* what) {
+// A contiguous view of a CPU or CUDA tensor (a copy only when it is not contiguous).
+torch::Tensor contiguous(const torch::Tensor& t, const char* what) {
   TESSERA_CHECK(t.defined(), what, ": the tensor is undefined");
-  TESSERA_CHECK(t.device().is_cpu(), what, ": tensor is on ", t.device().str(),
-                "; tessera's engine reduces CPU tensors (move it with .cpu())");
+  TESSERA_CHECK(t.device().is_cpu() || t.device().is_cuda(), what, ": the tensor is on ",
+                t.device().str(), "; tessera takes CPU and CUDA tensors");
   return t.contiguous();
 }
 
@@ -78,7 +96,11 @@ engine::Request make_allreduce(const std::string& name, const torch::Tensor& in,
 
 torch::Tensor synchronize(TensorHandle& h) {
   h.handle_.wait();
-  if (h.allgather_) {
+  const detail::DeviceUse use{h.device_, h.stream_};
+  detail::consume(h.handle_, use);
+  if (h.allgather_ && use) {
+    h.output_ = detail::device_result_tensor(h.handle_, h.input_);
+  } else if (h.allgather_) {
     const std::vector<char>& bytes = h.handle_.result();
     const std::vector<int64_t>& shape = h.handle_.result_shape();
     torch::Tensor out = torch::empty(shape, h.input_.options());
@@ -94,24 +116,22 @@ torch::Tensor synchronize(TensorHandle& h) {
 
 TensorHandle allreduce_async(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
                              double prescale, double postscale, int process_set) {
-  torch::Tensor in = contiguous_cpu(tensor, "allreduce");
+  torch::Tensor in = contiguous(tensor, "allreduce");
   torch::Tensor out = torch::empty_like(in);
   engine::Request r = make_allreduce(name_or_auto(name, "allreduce"), in, out, op, prescale,
                                      postscale, process_set);
-  TensorHandle h;
-  TensorOps::set(h, global_engine().enqueue(std::move(r)), in, out, torch::Tensor(), false);
-  return h;
+  const detail::DeviceUse use = detail::device_use(in, r.spec.name);
+  return TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false);
 }
 
 TensorHandle allreduce_async_(torch::Tensor& tensor, const std::string& name, ReduceOp op,
                               double prescale, double postscale, int process_set) {
-  torch::Tensor buf = contiguous_cpu(tensor, "allreduce_");
+  torch::Tensor buf = contiguous(tensor, "allreduce_");
   // The algorithms reduce in place.
   engine::Request r = make_allreduce(name_or_auto(name, "allreduce"), buf, buf, op, prescale,
                                      postscale, process_set);
-  TensorHandle h;
-  TensorOps::set(h, global_engine().enqueue(std::move(r)), buf, buf, tensor, false);
-  return h;
+  const detail::DeviceUse use = detail::device_use(buf, r.spec.name);
+  return TensorOps::one(std::move(r), use, buf, buf, tensor, false);
 }
 
 torch::Tensor allreduce(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
@@ -135,14 +155,14 @@ std::vector<TensorHandle> grouped_allreduce_async(const std::vector<torch::Tenso
   std::vector<engine::Request> requests;
   std::vector<torch::Tensor> ins, outs;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    torch::Tensor in = contiguous_cpu(tensors[i], "grouped_allreduce");
+    torch::Tensor in = contiguous(tensors[i], "grouped_allreduce");
     torch::Tensor out = torch::empty_like(in);
     requests.push_back(
         make_allreduce(base + "." + std::to_string(i), in, out, op, 1.0, 1.0, process_set));
     ins.push_back(in);
     outs.push_back(out);
   }
-  return TensorOps::group(std::move(requests), ins, outs, {});
+  return TensorOps::group(std::move(requests), detail::device_use(ins, base), ins, outs, {});
 }
 
 std::vector<TensorHandle> grouped_allreduce_async_(std::vector<torch::Tensor>& tensors,
@@ -154,11 +174,12 @@ std::vector<TensorHandle> grouped_allreduce_async_(std::vector<torch::Tensor>& t
   std::vector<engine::Request> requests;
   std::vector<torch::Tensor> bufs;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    torch::Tensor buf = contiguous_cpu(tensors[i], "grouped_allreduce_");
+    torch::Tensor buf = contiguous(tensors[i], "grouped_allreduce_");
     requests.push_back(make_allreduce(names[i], buf, buf, op, prescale, postscale, process_set));
     bufs.push_back(buf);
   }
-  return TensorOps::group(std::move(requests), bufs, bufs, tensors);
+  return TensorOps::group(std::move(requests), detail::device_use(bufs, "grouped_allreduce_"), bufs,
+                          bufs, tensors);
 }
 
 std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
@@ -172,14 +193,12 @@ std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& t
 
 TensorHandle allgather_async(const torch::Tensor& tensor, const std::string& name,
                              int process_set) {
-  torch::Tensor in = contiguous_cpu(tensor, "allgather");
+  torch::Tensor in = contiguous(tensor, "allgather");
   TESSERA_CHECK(in.dim() >= 1, "allgather needs a tensor with at least one dimension");
   engine::Request r = make_request(engine::OpType::kAllgather, name_or_auto(name, "allgather"), in,
                                    torch::Tensor(), process_set);
-  TensorHandle h;
-  TensorOps::set(h, global_engine().enqueue(std::move(r)), in, torch::Tensor(), torch::Tensor(),
-                 true);
-  return h;
+  const detail::DeviceUse use = detail::device_use(in, r.spec.name);
+  return TensorOps::one(std::move(r), use, in, torch::Tensor(), torch::Tensor(), true);
 }
 
 torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name, int process_set) {
@@ -189,13 +208,12 @@ torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name, in
 
 TensorHandle broadcast_async(const torch::Tensor& tensor, int root, const std::string& name,
                              int process_set) {
-  torch::Tensor buf = contiguous_cpu(tensor, "broadcast").clone();
+  torch::Tensor buf = contiguous(tensor, "broadcast").clone();
   engine::Request r = make_request(engine::OpType::kBroadcast, name_or_auto(name, "broadcast"), buf,
                                    buf, process_set);
   r.spec.root = root;
-  TensorHandle h;
-  TensorOps::set(h, global_engine().enqueue(std::move(r)), buf, buf, torch::Tensor(), false);
-  return h;
+  const detail::DeviceUse use = detail::device_use(buf, r.spec.name);
+  return TensorOps::one(std::move(r), use, buf, buf, torch::Tensor(), false);
 }
 
 torch::Tensor broadcast(const torch::Tensor& tensor, int root, const std::string& name,
@@ -206,25 +224,24 @@ torch::Tensor broadcast(const torch::Tensor& tensor, int root, const std::string
 
 torch::Tensor& broadcast_(torch::Tensor& tensor, int root, const std::string& name,
                           int process_set) {
-  torch::Tensor buf = contiguous_cpu(tensor, "broadcast_");
+  torch::Tensor buf = contiguous(tensor, "broadcast_");
   engine::Request r = make_request(engine::OpType::kBroadcast, name_or_auto(name, "broadcast"), buf,
                                    buf, process_set);
   r.spec.root = root;
-  TensorHandle h;
-  TensorOps::set(h, global_engine().enqueue(std::move(r)), buf, buf, tensor, false);
+  const detail::DeviceUse use = detail::device_use(buf, r.spec.name);
+  TensorHandle h = TensorOps::one(std::move(r), use, buf, buf, tensor, false);
   synchronize(h);
   return tensor;
 }
 
 TensorHandle broadcast_async_(torch::Tensor& tensor, int root, const std::string& name,
                               int process_set) {
-  torch::Tensor buf = contiguous_cpu(tensor, "broadcast_");
+  torch::Tensor buf = contiguous(tensor, "broadcast_");
   engine::Request r = make_request(engine::OpType::kBroadcast, name_or_auto(name, "broadcast"), buf,
                                    buf, process_set);
   r.spec.root = root;
-  TensorHandle h;
-  TensorOps::set(h, global_engine().enqueue(std::move(r)), buf, buf, tensor, false);
-  return h;
+  const detail::DeviceUse use = detail::device_use(buf, r.spec.name);
+  return TensorOps::one(std::move(r), use, buf, buf, tensor, false);
 }
 
 namespace {
@@ -247,13 +264,12 @@ engine::Request make_reducescatter(const std::string& name, const torch::Tensor&
 
 TensorHandle reducescatter_async(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
                                  int process_set) {
-  torch::Tensor in = contiguous_cpu(tensor, "reducescatter");
+  torch::Tensor in = contiguous(tensor, "reducescatter");
   torch::Tensor out;
   engine::Request r =
       make_reducescatter(name_or_auto(name, "reducescatter"), in, &out, op, process_set);
-  TensorHandle h;
-  TensorOps::set(h, global_engine().enqueue(std::move(r)), in, out, torch::Tensor(), false);
-  return h;
+  const detail::DeviceUse use = detail::device_use(in, r.spec.name);
+  return TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false);
 }
 
 std::vector<TensorHandle> grouped_reducescatter_async(const std::vector<torch::Tensor>& tensors,
@@ -264,22 +280,21 @@ std::vector<TensorHandle> grouped_reducescatter_async(const std::vector<torch::T
   std::vector<engine::Request> requests;
   std::vector<torch::Tensor> ins, outs;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    ins.push_back(contiguous_cpu(tensors[i], "grouped_reducescatter"));
+    ins.push_back(contiguous(tensors[i], "grouped_reducescatter"));
     outs.emplace_back();
     requests.push_back(make_reducescatter(base + "." + std::to_string(i), ins.back(), &outs.back(),
                                           op, process_set));
   }
-  return TensorOps::group(std::move(requests), ins, outs, {});
+  return TensorOps::group(std::move(requests), detail::device_use(ins, base), ins, outs, {});
 }
 
 TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name, int process_set) {
-  torch::Tensor in = contiguous_cpu(tensor, "alltoall");
+  torch::Tensor in = contiguous(tensor, "alltoall");
   torch::Tensor out = torch::empty_like(in);
   engine::Request r =
       make_request(engine::OpType::kAlltoall, name_or_auto(name, "alltoall"), in, out, process_set);
-  TensorHandle h;
-  TensorOps::set(h, global_engine().enqueue(std::move(r)), in, out, torch::Tensor(), false);
-  return h;
+  const detail::DeviceUse use = detail::device_use(in, r.spec.name);
+  return TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false);
 }
 
 torch::Tensor alltoall(const torch::Tensor& tensor, const std::string& name, int process_set) {

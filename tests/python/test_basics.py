@@ -20,7 +20,8 @@ def test_ranks_match_mpirun():
     assert hvd.is_homogeneous()
     assert hvd.mpi_threads_supported() and hvd.mpi_enabled() and hvd.mpi_built()
     assert not hvd.gloo_built() and not hvd.nccl_built()
-    assert hvd.cuda_built() is False  # this build has no CUDA part
+    if torch.version.cuda is None:  # a CPU torch (Debian's): no CUDA tensors to take
+        assert hvd.cuda_built() is False
     assert hvd.global_process_set.ranks == list(range(hvd.size()))
     assert hvd.global_process_set.size() == hvd.size()
     assert hvd.global_process_set.rank() == hvd.rank()

@@ -302,3 +302,27 @@ def test_timeline_records_the_named_collectives(tmp_path_factory):
     hvd.allreduce(torch.ones(8), name="timeline.visible")
     hvd.stop_timeline()
     assert "timeline.visible" in path.read_text()
+
+
+@pytest.mark.skipif(not (hvd.cuda_built() and torch.cuda.is_available()),
+                    reason="needs tessera built with CUDA against a CUDA torch, and a GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64])
+def test_cuda_tensors_on_the_current_stream(dtype):
+    """CUDA tensors: written on a side stream made current, reduced after that work (the
+    binding's readiness event), and read back on it."""
+    ranks = list(range(hvd.size()))
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        x = rank_tensor(hvd.rank(), SHAPE, dtype).cuda(non_blocking=True) * 1
+        got = hvd.allreduce(x, name=f"cuda.sum.{dtype}", op=hvd.Sum)
+        gathered = hvd.allgather(x, name=f"cuda.ag.{dtype}")
+        hvd.allreduce_(x, name=f"cuda.sum_.{dtype}", op=hvd.Sum)
+    assert got.device == x.device and gathered.device == x.device
+    want = expected(hvd.Sum, dtype, ranks)
+    assert torch.equal(got.cpu(), want) and torch.equal(x.cpu(), want)
+    assert torch.equal(gathered.cpu(), torch.cat([rank_tensor(r, SHAPE, dtype) for r in ranks]))
+
+
+def test_tensors_on_neither_cpu_nor_cuda_are_refused_saying_what_is_taken():
+    with pytest.raises(ValueError, match="CPU and CUDA"):
+        hvd.allreduce(torch.ones(2, device="meta"), name="meta")

@@ -217,6 +217,34 @@ TEST(GpuDevice, TheHostDeviceSharesNoMemory) {
   EXPECT_THROW(host_device().allocate_shared(8), DeviceError);
 }
 
+// A framework's stream (wrap_stream): our events record on it and it waits on ours, in order,
+// and dropping the wrapper leaves the stream usable (its owner destroys it, not us).
+TEST(GpuDevice, AWrappedCudaStreamOrdersWorkAndOutlivesItsWrapper) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU: " << cuda_unavailable_reason();
+  auto cuda = cuda_device(0);
+  std::unique_ptr<Stream> owner = cuda->new_stream(), ours = cuda->new_stream();
+  const size_t bytes = 1 << 20;
+  auto a = cuda->allocate(bytes), b = cuda->allocate(bytes);
+  std::vector<char> in(bytes, 5), out(bytes, 0);
+  {
+    std::unique_ptr<Stream> theirs = cuda->wrap_stream(owner->native_handle());
+    EXPECT_EQ(theirs->native_handle(), owner->native_handle());
+    theirs->copy(a.get(), in.data(), bytes);
+    ours->wait(theirs->record());  // ours copies a only after their upload
+    ours->copy(b.get(), a.get(), bytes);
+    theirs->wait(ours->record());
+    theirs->copy(out.data(), b.get(), bytes);
+  }
+  owner->record()->synchronize(Clock::now() + std::chrono::seconds(30), "the owner's stream");
+  EXPECT_EQ(out, in);
+}
+
+TEST(GpuDevice, OnlyCudaWrapsANativeStream) {
+  EXPECT_THROW(host_device().wrap_stream(nullptr), DeviceError);
+  FakeDevice fake;
+  EXPECT_THROW(fake.wrap_stream(nullptr), DeviceError);
+}
+
 TEST(GpuDevice, WithoutAGpuCudaDeviceSaysWhatIsMissing) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "this machine has a GPU";
   try {

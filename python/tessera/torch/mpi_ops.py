@@ -82,9 +82,13 @@ def _check_tensor(tensor, what):
                          f"{_ACCEPTED_TEXT}")
     if tensor.is_sparse:
         raise ValueError(f"{what}: sparse tensors are not supported; pass tensor.to_dense()")
-    if tensor.device.type != "cpu":
-        raise ValueError(f"{what}: the tensor is on {tensor.device}; this build of tessera "
-                         "reduces CPU tensors (cuda_built() is False): move it with .cpu()")
+    if tensor.device.type == "cuda" and not _C.cuda_built:
+        raise ValueError(f"{what}: the tensor is on {tensor.device}, but this build of tessera "
+                         "takes CPU tensors only (cuda_built() is False: built without CUDA or "
+                         "against a torch without it): move it with .cpu()")
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{what}: the tensor is on {tensor.device}; tessera takes CPU and CUDA "
+                         "tensors")
 
 
 def _resolve_op(average, op, what):
