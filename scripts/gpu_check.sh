@@ -7,8 +7,10 @@
 #
 #   bash scripts/gpu_check.sh [OUT]      (OUT: where the logs go; default $OUT, else /tmp/gpu-check)
 #
-# Part 1 of the GPU backend builds without libtorch (TESSERA_WITH_TORCH=OFF): the machine has no
-# OpenCV, and the device paths of comm and the engine do not need it.
+# It builds against the machine's PyTorch (its libtorch, CUDA included) without the image
+# libraries it lacks (TESSERA_WITH_TRAINING=OFF): the device paths of comm and the engine first,
+# then, after the benchmarks, the libtorch binding's test on CUDA tensors and the Python
+# package. Where configuring against that libtorch fails, it says so and goes on without it.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 LOG=${1:-${OUT:-/tmp/gpu-check}}
@@ -50,15 +52,31 @@ else
 fi
 row "GPU" "" "$(head -1 "$LOG/gpu.txt")"
 
-# 2. Configure and build what the GPU checks run.
-GEN=()  # Ninja for a fresh tree where it exists; an existing tree keeps its generator
-[ ! -f "$BUILD/CMakeCache.txt" ] && command -v ninja > /dev/null && GEN=(-G Ninja)
-if ! cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DTESSERA_WITH_TORCH=OFF \
-     -DTESSERA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$DEPS/usr" \
-     -DMPI_CXX_COMPILER="$DEPS/usr/bin/mpicxx.openmpi" > "$LOG/configure.log" 2>&1; then
-  row "configure" "FAIL" "$LOG/configure.log"; tail -30 "$LOG/configure.log"; exit 1
+# 2. Configure (against PyTorch's libtorch and Python where that works, else with less) and
+# build what the GPU checks run.
+PY=${GPU_CHECK_PYTHON:-$(command -v python3 || true)}
+configure() {  # extra CMake arguments...
+  local gen=()  # Ninja for a fresh tree where it exists; an existing tree keeps its generator
+  [ ! -f "$BUILD/CMakeCache.txt" ] && command -v ninja > /dev/null && gen=(-G Ninja)
+  cmake -S "$SRC" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$DEPS/usr" \
+    -DMPI_CXX_COMPILER="$DEPS/usr/bin/mpicxx.openmpi" -DTESSERA_WITH_TRAINING=OFF "$@" \
+    >> "$LOG/configure.log" 2>&1
+}
+TORCH=on PYTHON=on
+if ! configure -DTESSERA_WITH_TORCH=ON -DTESSERA_PYTHON="$PY" -DUSE_SYSTEM_NVTX=ON; then
+  row "configure with libtorch and Python" "FAIL" "$LOG/configure.log (trying without Python)"
+  PYTHON=off; rm -rf "$BUILD"
+  if ! configure -DTESSERA_WITH_TORCH=ON -DTESSERA_PYTHON="$PY" -DUSE_SYSTEM_NVTX=ON \
+       -DTESSERA_WITH_PYTHON=OFF; then
+    row "configure with libtorch" "FAIL" "$LOG/configure.log (trying without libtorch)"
+    TORCH=off; rm -rf "$BUILD"
+    configure -DTESSERA_WITH_TORCH=OFF ||
+      { row "configure" "FAIL" "$LOG/configure.log"; tail -30 "$LOG/configure.log"; exit 1; }
+  fi
 fi
-row "configure" "ok" "$(grep -o 'GPU backend on.*' "$LOG/configure.log")"
+row "configure" "ok" "$(grep -o 'GPU backend on.*' "$LOG/configure.log" | tail -1); libtorch $TORCH, Python $PYTHON"
+[ "$TORCH" = on ] && row "libtorch" "" "$(grep -o 'libtorch has CUDA.*' "$LOG/configure.log" | tail -1 || echo 'no CUDA in this libtorch')"
 if ! timeout 300 cmake --build "$BUILD" -j"$(nproc)" --target tessera_unit_tests \
      mpi_device_collectives mpi_engine_device tessera-bench > "$LOG/build.log" 2>&1; then
   row "build" "FAIL" "$LOG/build.log"; grep -B2 -A8 -m5 "error" "$LOG/build.log"; exit 1
@@ -71,7 +89,7 @@ row "build" "ok" "$(elapsed)"
 test_row() {  # name, log, command...
   local name=$1 log=$2; shift 2
   if timeout 240 "$@" > "$log" 2>&1; then
-    row "$name" "pass" "$(grep -c '\[       OK \].*cuda' "$log") cuda cases ok, $(grep -c SKIPPED "$log") skip lines"
+    row "$name" "pass" "$(grep -c '\[       OK \].*cuda' "$log") cuda cases ok, $(grep -c '\[       OK \]' "$log") ok in all, $(grep -c SKIPPED "$log") skip lines"
   else
     row "$name" "FAIL" "$log"
   fi
@@ -101,6 +119,33 @@ for np in 1 2 4; do
       printf "    %d ranks %-12s %10s B  %9s us  algbw %8s  busbw %8s  vs_host %7s  %%bound %s\n",
              np, $5, $1, $6, $7, $8, $10, $12 }' "$b" | tee -a "$SUMMARY"
 done
+# 5. The libtorch binding on CUDA tensors (tests/mpi/test_torch_device.cc in its cuda mode) at
+# 1, 2 and 4 ranks sharing the GPU, and the Python package's CUDA case, in the time left.
+if [ "$TORCH" = on ]; then
+  left=$(( 520 - ($(date +%s) - T0) ))
+  if [ "$left" -gt 60 ] && timeout "$left" cmake --build "$BUILD" -j"$(nproc)" \
+       --target mpi_torch_device > "$LOG/build_torch.log" 2>&1; then
+    row "build libtorch binding test" "ok" "$(elapsed)"
+    for np in 1 2 4; do
+      test_row "libtorch binding on CUDA tensors, $np ranks" "$LOG/td_np$np.log" \
+        env TESSERA_TEST_TORCH_DEVICE="${GPU_CHECK_DEVICE:-cuda}" $MPIRUN -np "$np" "$BUILD/tests/mpi_torch_device"
+    done
+  else
+    row "build libtorch binding test" "FAIL" "$LOG/build_torch.log ($left s were left)"
+    grep -B2 -A8 -m5 "error" "$LOG/build_torch.log"
+  fi
+  left=$(( 520 - ($(date +%s) - T0) ))
+  if [ "$PYTHON" = on ] && [ "$left" -gt 40 ] && timeout "$left" cmake --build "$BUILD" \
+       -j"$(nproc)" --target tessera_python > "$LOG/build_python.log" 2>&1; then
+    for np in 1 2; do
+      test_row "Python package, CUDA case, $np ranks" "$LOG/py_np$np.log" \
+        env PYTHONPATH="$BUILD/python" $MPIRUN -np "$np" "$PY" -m pytest -q -p no:cacheprovider \
+        "$SRC/tests/python/test_ops.py" -k "cuda or neither" -rs
+    done
+  elif [ "$PYTHON" = on ]; then
+    row "build Python package" "FAIL" "$LOG/build_python.log ($left s were left)"
+  fi
+fi
 row "total" "" "$(elapsed)"
 echo "== summary ($SUMMARY)"
 cat "$SUMMARY"

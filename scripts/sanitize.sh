@@ -5,8 +5,8 @@
 #         the unit tests; the multi-rank tests of the collectives, the engine and the autotuner
 #         at 1, 2 and 4 ranks and the pretend-node splits; and the libtorch side's tests (the
 #         DistributedOptimizer's hooks, SyncBatchNorm, the prefetcher and the input pipeline,
-#         the trainer, checkpoints, the spatial layers): its unit tests and its multi-rank tests
-#         at 2 ranks.
+#         the trainer, checkpoints, the spatial layers, device tensors through the fake device):
+#         its unit tests and its multi-rank tests at 2 ranks.
 #   tsan  ThreadSanitizer of everything that does not link libtorch (TSan needs every thread's
 #         synchronisation instrumented, and libtorch's OpenMP pool is not), as asan, without
 #         suppressions: its reports are logged, and scripts/tsan_reports.py fails the run on any
@@ -57,9 +57,10 @@ run() {
 # tessera binary and the tests that drive it are not built.
 run_asan() {
   OMP_NUM_THREADS=1 run asan address,undefined ON \
-    '^(unit|unit_torch|mpi_(allreduce|collectives|engine|tune)_np[0-9]+(_.*)?|mpi_(torch|train|data|spatial|spatial_train)_np2)$' \
+    '^(unit|unit_torch|mpi_(allreduce|collectives|engine|tune)_np[0-9]+(_.*)?|mpi_(torch|torch_device|train|data|spatial|spatial_train)_np2)$' \
     tessera_unit_tests mpi_allreduce mpi_collectives mpi_engine mpi_tune \
-    tessera_torch_unit_tests mpi_torch mpi_train mpi_data mpi_spatial mpi_spatial_train
+    tessera_torch_unit_tests mpi_torch mpi_torch_device mpi_train mpi_data mpi_spatial \
+    mpi_spatial_train
 }
 # Under TSan, Open MPI's shared-memory transport fails its single-copy reads of another rank's
 # memory (process_vm_readv: "Read -1, expected 4194316, errno = 14", then a collective times
