@@ -87,6 +87,10 @@ CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
                 "(default resnet50)");
   c->add_option("--precision", o.precision, "parameters and inputs: f32 or f64")
       ->capture_default_str();
+  c->add_option("--device", o.device,
+                "cpu, cuda (each rank on GPU local_rank % GPUs), cuda:I,J,... (a list indexed by "
+                "local rank) or auto (cuda where there is one)")
+      ->capture_default_str();
   c->add_option("--output-stride", o.output_stride, "DeepLab-v3+: 16 or 8")->capture_default_str();
   c->add_option("--backward-passes-per-step", o.backward_passes_per_step,
                 "split each batch into N passes accumulated locally before one allreduce")

@@ -92,7 +92,9 @@ CheckpointMeta restore_checkpoint(const std::string& bytes, const std::string& s
   torch::serialize::InputArchive model, optim;
   std::istringstream is(checkpoint_archive(bytes, source));
   try {
-    archive.load_from(is);
+    // Every tensor onto the CPU, whatever device wrote it: a GPU run's checkpoint resumes on a
+    // machine without one, and the trainer moves the model to its device after restoring.
+    archive.load_from(is, torch::Device(torch::kCPU));
     TESSERA_CHECK(archive.try_read("format", v) && v.isString() && v.toStringRef() == kFormat,
                   "checkpoint '", source, "' is not a tessera checkpoint (", kFormat, ")");
     archive.read("model_name", v);

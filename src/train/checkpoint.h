@@ -38,6 +38,8 @@ void write_checkpoint(const std::string& path, torch::nn::Module& module,
 // Restores module, optimizer and the RNG state from `bytes` (read from `source`, named in
 // errors) and returns the meta. A truncated or foreign file, or one of another model or number
 // of classes than `expect` names, is an InvalidArgument, raised before anything is changed.
+// Tensors are read onto the CPU whatever device wrote them: restore into a module on the CPU,
+// then move it (and the optimizer's state) to its device, as the trainer does.
 CheckpointMeta restore_checkpoint(const std::string& bytes, const std::string& source,
                                   const CheckpointMeta& expect, torch::nn::Module& module,
                                   torch::optim::Optimizer& optimizer);

@@ -12,10 +12,9 @@ const char* const kAccepted = "cpu, cuda, cuda:I[,J...] or auto";
 
 // Why `spec` cannot run on a GPU here, or "" when it can.
 std::string missing_gpu(const std::string& spec, const DeviceFacts& facts) {
-  if (!facts.cuda_built) {
-    return detail::concat("--device ", spec,
-                          " needs a CUDA build of tessera (configure with TESSERA_CUDA=ON where "
-                          "nvcc is); this one is CPU only: use --device cpu");
+  if (!facts.build_missing.empty()) {
+    return detail::concat("--device ", spec, " needs a CUDA build, and ", facts.build_missing,
+                          ": use --device cpu");
   }
   if (facts.device_count <= 0) {
     return detail::concat("--device ", spec, " needs a GPU, and this process sees none (",

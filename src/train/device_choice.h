@@ -21,14 +21,19 @@ struct DeviceChoice {
   std::string name() const;
 };
 
-// What this process can see: the build, the visible GPUs and, when there are none, why.
+// What this process can see: whether the build can train on GPUs, the visible GPUs and, when
+// there are none, why.
 struct DeviceFacts {
-  bool cuda_built = false;
+  std::string build_missing;  // "" when it can; else what the build lacks
   int device_count = 0;
   std::string unavailable_reason;  // gpu::cuda_unavailable_reason()
 };
 
 DeviceChoice choose_device(const std::string& spec, int local_rank, const DeviceFacts& facts);
+
+// This process's facts: tessera's GPU backend, a libtorch with CUDA, and the GPUs it sees
+// (device_facts.cc).
+DeviceFacts this_process_device_facts();
 
 }  // namespace train
 }  // namespace tessera

@@ -65,9 +65,10 @@ class DataParallelPath : public TrainPath {
     const int64_t k = input_.num_classes();
     model.module().eval();
     torch::Tensor confusion = torch::zeros({k, k}, torch::kLong);
-    const torch::ScalarType dtype = model.module().parameters().front().scalar_type();
+    // The parameters' dtype and device; the confusion matrix stays on the CPU.
+    const torch::TensorOptions where = model.module().parameters().front().options();
     input_.for_each_eval_batch([&](const data::Batch& b) {
-      torch::Tensor pred = model.forward(b.images.to(dtype)).argmax(1);
+      torch::Tensor pred = model.forward(b.images.to(where)).argmax(1).cpu();
       accumulate_confusion(confusion, pred,
                            task_ == models::Task::kClassification ? b.labels : b.masks);
     });

@@ -14,6 +14,7 @@
 #include "models/registry.h"
 #include "models/state_dict.h"
 #include "train/checkpoint.h"
+#include "train/device_choice.h"
 #include "train/on_root.h"
 #include "train/schedule.h"
 #include "train/train_path.h"
@@ -70,6 +71,8 @@ void validate(const TrainOptions& o) {
                   "--global-shuffle and --keep-decoded hold whole images in memory; under "
                   "--spatial each rank reads only its tile of each slide, every step");
     TESSERA_CHECK(!o.local_only, "--spatial needs the ranks of its grid (run under mpirun)");
+    TESSERA_CHECK(o.device == "cpu", "--spatial trains on the CPU for now; --device ", o.device,
+                  " with --spatial is not implemented yet: use --device cpu");
   }
 }
 
@@ -95,7 +98,8 @@ std::string describe_training_options(const TrainOptions& o) {
     << "\n--checkpoint-every: " << o.checkpoint_every << "\n--resume (given): " << !o.resume.empty()
     << "\n--stop-at: " << o.stop_at << "\n--init-from (given): " << !o.init_from.empty()
     << "\n--sync-bn: " << o.sync_bn << "\n--spatial: " << o.spatial
-    << "\n--precision: " << o.precision << "\n--output-stride: " << o.output_stride
+    << "\n--precision: " << o.precision << "\n--device: " << o.device
+    << "\n--output-stride: " << o.output_stride
     << "\n--backward-passes-per-step: " << o.backward_passes_per_step << "\n--groups: " << o.groups
     << "\n--compression: " << o.compression << "\n";
   return s.str();
@@ -113,6 +117,8 @@ class Run {
  private:
   void build_model();
   void restore(CheckpointMeta& meta);
+  void choose_run_device();
+  void move_to_device();
   void open_outputs();
   double train_step(int64_t step, double lr);
   void log_interval(int64_t step, double lr);
@@ -126,6 +132,7 @@ class Run {
   const bool root_;
   const bool talk_;  // rank 0 prints progress
   const torch::ScalarType dtype_;
+  torch::Device device_ = torch::kCPU;
   std::unique_ptr<TrainPath> path_;
   std::optional<models::Model> model_;
   std::unique_ptr<torch::optim::SGD> sgd_;
@@ -155,6 +162,7 @@ Run::Run(const TrainOptions& o)
   // stale script on one node) would otherwise average different batch sizes or models silently,
   // or wait on collectives the others never start.
   if (dist_) verify_across_ranks("the training options", describe_training_options(o));
+  choose_run_device();
   path_ = make_train_path(o, dist_);
   if (talk_) std::printf("data: %s\n", path_->input().describe().c_str());
   build_model();
@@ -174,6 +182,7 @@ Run::Run(const TrainOptions& o)
   meta_.num_classes = path_->input().num_classes();
   meta_.image_size = o.image_size;
   if (!o.resume.empty()) restore(meta_);
+  move_to_device();
   end_ = o.stop_at > 0 ? std::min(o.stop_at, total_) : total_;
   open_outputs();
 }
@@ -233,6 +242,39 @@ void Run::restore(CheckpointMeta& meta) {
   }
 }
 
+// --device for this rank, agreed between ranks: a choice refused on some ranks only (a node
+// without GPUs), or cuda on some and cpu on others (auto on mixed nodes), is an error on every
+// rank naming the ranks, not a hang.
+void Run::choose_run_device() {
+  std::string refused;
+  DeviceChoice where;
+  try {
+    where = choose_device(o_.device, dist_ ? local_rank() : 0, this_process_device_facts());
+  } catch (const InvalidArgument& e) {
+    refused = e.what();
+  }
+  if (dist_) {
+    verify_across_ranks(
+        "the training device",
+        "device: " + (refused.empty() ? std::string(where.cuda ? "cuda" : "cpu") : refused) + "\n");
+  }
+  if (!refused.empty()) throw InvalidArgument(refused);
+  if (where.cuda) device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(where.index));
+  if (talk_ && where.cuda) std::printf("device: %s on rank 0\n", where.name().c_str());
+}
+
+// The model and the optimizer's state onto the run's device, after the weights are final on the
+// CPU (rank 0's broadcast, a checkpoint read there). Module::to keeps each parameter's identity,
+// so the optimizer's state and the DistributedOptimizer's hooks still refer to them.
+void Run::move_to_device() {
+  if (device_.is_cpu()) return;
+  model_->module().to(device_);
+  for (auto& kv : sgd_->state()) {
+    auto& s = static_cast<torch::optim::SGDParamState&>(*kv.second);
+    if (s.momentum_buffer().defined()) s.momentum_buffer(s.momentum_buffer().to(device_));
+  }
+}
+
 // The metrics file (rank 0) and the trace: --timeline starts the engine's here;
 // TESSERA_TIMELINE started it at init. Either way the trainer's own spans go in beside the
 // collectives.
@@ -268,8 +310,9 @@ double Run::train_step(int64_t step, double lr) {
   for (int p = 0; p < passes; ++p) {
     const Clock::time_point t0 = Clock::now();
     torch::Tensor x = passes == 1 ? batch.images : batch.images.narrow(0, p * micro, micro);
-    if (dtype_ != torch::kFloat) x = x.to(dtype_);
+    x = x.to(device_, dtype_);
     torch::Tensor y = passes == 1 ? target : target.narrow(0, p * micro, micro);
+    y = y.to(device_);
     phase(step, "forward");
     torch::Tensor loss = torch::nn::functional::cross_entropy(
         path_->forward(x), y, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255));

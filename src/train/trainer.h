@@ -56,6 +56,9 @@ struct TrainOptions {
   std::string spatial;
   // "f32" or "f64": the model's parameters and the inputs (f64 for exact comparisons).
   std::string precision = "f32";
+  // Where each rank trains: cpu, cuda (GPU local_rank % visible), cuda:I,J,... or auto
+  // (train/device_choice.h).
+  std::string device = "cpu";
   int output_stride = 16;
   int backward_passes_per_step = 1;
   int groups = 0;

@@ -14,6 +14,7 @@
 #include "models/state_dict.h"
 #include "mpi/torch_test_util.h"
 #include "mpi/train_test_util.h"
+#include "train/device_choice.h"
 #include "train/trainer.h"
 
 namespace tessera {
@@ -322,6 +323,25 @@ TEST_F(TrainTest, BadInputIsAClearErrorOnEveryRank) {
   o.steps = 2;
   o.init_from = path("ten.pt");
   expect_training_error(o, "ten.pt: 'fc.weight' has shape [10, 512]");
+}
+
+// --device: cuda where this process cannot train on a GPU is an error on every rank saying what
+// is missing; auto trains on the CPU then; a device other ranks cannot match is named.
+TEST_F(TrainTest, DeviceCudaWithoutAGpuSaysWhatIsMissingAndAutoFallsBack) {
+  train::TrainOptions o = small();
+  o.steps = 2;
+  const train::DeviceFacts facts = train::this_process_device_facts();
+  if (facts.build_missing.empty() && facts.device_count > 0)
+    GTEST_SKIP() << "this machine has a GPU";
+  o.device = "cuda";
+  expect_training_error(o, facts.build_missing.empty() ? "needs a GPU, and this process sees none"
+                                                       : "--device cuda needs a CUDA build, and ");
+  o.device = "cuda:0";
+  expect_training_error(o, "use --device cpu");
+  o.device = "tpu";
+  expect_training_error(o, "accepted: cpu, cuda, cuda:I[,J...] or auto");
+  o.device = "auto";
+  EXPECT_EQ(train::run_training(o).steps, 2);
 }
 
 // Ranks started with different options (an MPMD command line, a stale script on one node) fail

@@ -10,8 +10,9 @@ namespace tessera {
 namespace train {
 namespace {
 
-DeviceFacts gpus(int n) { return {true, n, n == 0 ? "no CUDA-capable device is detected" : ""}; }
-const DeviceFacts kCpuBuild{false, 0, "built without CUDA (TESSERA_CUDA=OFF)"};
+DeviceFacts gpus(int n) { return {"", n, n == 0 ? "no CUDA-capable device is detected" : ""}; }
+const DeviceFacts kCpuBuild{"tessera was built without CUDA (configure with TESSERA_CUDA=ON)", 0,
+                            "built without CUDA"};
 
 std::string error_of(const std::string& spec, int local_rank, const DeviceFacts& facts) {
   try {
@@ -55,7 +56,7 @@ TEST(DeviceChoice, AutoFallsBackToTheCpuWithoutABuildOrAGpu) {
 TEST(DeviceChoice, CudaWithoutACudaBuildSaysSo) {
   for (const std::string spec : {"cuda", "cuda:0"}) {
     const std::string e = error_of(spec, 0, kCpuBuild);
-    EXPECT_NE(e.find("needs a CUDA build"), std::string::npos) << e;
+    EXPECT_NE(e.find("needs a CUDA build, and tessera was built without"), std::string::npos) << e;
     EXPECT_NE(e.find("TESSERA_CUDA=ON"), std::string::npos) << e;
     EXPECT_NE(e.find("--device cpu"), std::string::npos) << e;
   }
