@@ -24,7 +24,8 @@ void add_collective_bench_flags(CLI::App& cmd, BenchFlags& f) {
   cmd.add_option("--json", o.json_path, "also write the rows as JSON to this file");
   cmd.add_option("--device", o.device,
                  "collectives: where the buffers live: cpu, cuda (this rank's GPU), fake (the "
-                 "test device)");
+                 "test device); bench train: where the model trains: cpu, cuda, cuda:I,J,... or "
+                 "auto");
   cmd.add_option("--backend", o.backends,
                  "--device: backends to measure: auto nccl ipc staged hierarchical, or all "
                  "(every one that can run here)")

@@ -228,6 +228,7 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
       if (bench_cmd->get_option("--iters")->count() > 0) train_bench.iters = bench.iterations;
       if (bench_cmd->get_option("--warmup")->count() > 0) train_bench.warmup = bench.warmup;
       train_bench.json = bench.json_path;
+      train_bench.device = bench.device;  // one --device for every bench
       tessera::train::run_train_benchmark(train_bench);
     } else if (bench_cmd->parsed()) {
       tessera::app::finish_bench_options(bench_flags);

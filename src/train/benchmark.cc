@@ -10,6 +10,7 @@
 #include "models/registry.h"
 #include "tessera/torch.h"
 #include "torch/memory_policy.h"
+#include "train/run_device.h"
 
 namespace tessera {
 namespace train {
@@ -72,6 +73,8 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
   models::Model model = models::make_model(spec);
   model.module().train();
   broadcast_parameters(model.module(), 0);
+  const torch::Device device = agreed_device(o.device, true);
+  model.module().to(device);
   torch::optim::SGD sgd(model.module().parameters(), torch::optim::SGDOptions(0.01));
   DistributedOptions d;
   d.compression = parse_compression(o.compression);
@@ -79,11 +82,12 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
   DistributedOptimizer opt(sgd, model.module().named_parameters(), d);
 
   // Fixed random data, as Horovod's benchmark uses: this measures the model and the engine.
-  torch::Tensor x = torch::randn({o.batch_size, 3, o.image_size, o.image_size});
-  torch::Tensor y = task == models::Task::kClassification
-                        ? torch::randint(spec.num_classes, {o.batch_size}, torch::kLong)
-                        : torch::randint(spec.num_classes,
-                                         {o.batch_size, o.image_size, o.image_size}, torch::kLong);
+  torch::Tensor x = torch::randn({o.batch_size, 3, o.image_size, o.image_size}).to(device);
+  torch::Tensor y = (task == models::Task::kClassification
+                         ? torch::randint(spec.num_classes, {o.batch_size}, torch::kLong)
+                         : torch::randint(spec.num_classes,
+                                          {o.batch_size, o.image_size, o.image_size}, torch::kLong))
+                        .to(device);
   auto one_batch = [&] {
     opt.zero_grad();
     torch::nn::functional::cross_entropy(model.forward(x), y).backward();
@@ -93,19 +97,21 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
   if (root) {
     std::printf(
         "Model: %s\nBatch size: %lld\nImage size: %lld\nNumber of ranks: %d\n"
-        "Threads per rank: %d\nMemory policy: %s\n",
+        "Threads per rank: %d\nDevice: %s\nMemory policy: %s\n",
         o.model.c_str(), static_cast<long long>(o.batch_size), static_cast<long long>(o.image_size),
-        size(), o.threads, detail::kMallocPolicy.get(settings()).c_str());
+        size(), o.threads, device.str().c_str(), detail::kMallocPolicy.get(settings()).c_str());
     std::printf("Running warmup...\n");
     std::fflush(stdout);
   }
   for (int i = 0; i < o.warmup; ++i) one_batch();
+  synchronize_device(device);
   if (root) std::printf("Running benchmark...\n");
   std::vector<double> rates;
   const long faults0 = detail::minor_page_faults();
   for (int it = 0; it < o.iters; ++it) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int b = 0; b < o.batches_per_iter; ++b) one_batch();
+    synchronize_device(device);  // the GPU's queued work belongs to this iteration
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rates.push_back(static_cast<double>(o.batch_size * o.batches_per_iter) / s);
     if (root) {

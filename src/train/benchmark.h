@@ -20,7 +20,8 @@ struct TrainBenchOptions {
   int64_t num_classes = 0;  // 0: 1000 (classification) or 21 (segmentation)
   std::string compression = "none";
   int groups = 0;
-  std::string json;  // also write the figures here (rank 0)
+  std::string device = "cpu";  // --device (train/device_choice.h)
+  std::string json;            // also write the figures here (rank 0)
 };
 
 struct TrainBenchResult {

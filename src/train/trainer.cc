@@ -14,8 +14,8 @@
 #include "models/registry.h"
 #include "models/state_dict.h"
 #include "train/checkpoint.h"
-#include "train/device_choice.h"
 #include "train/on_root.h"
+#include "train/run_device.h"
 #include "train/schedule.h"
 #include "train/train_path.h"
 
@@ -117,7 +117,6 @@ class Run {
  private:
   void build_model();
   void restore(CheckpointMeta& meta);
-  void choose_run_device();
   void move_to_device();
   void open_outputs();
   double train_step(int64_t step, double lr);
@@ -162,7 +161,8 @@ Run::Run(const TrainOptions& o)
   // stale script on one node) would otherwise average different batch sizes or models silently,
   // or wait on collectives the others never start.
   if (dist_) verify_across_ranks("the training options", describe_training_options(o));
-  choose_run_device();
+  device_ = agreed_device(o.device, dist_);
+  if (talk_ && device_.is_cuda()) std::printf("device: %s on rank 0\n", device_.str().c_str());
   path_ = make_train_path(o, dist_);
   if (talk_) std::printf("data: %s\n", path_->input().describe().c_str());
   build_model();
@@ -240,27 +240,6 @@ void Run::restore(CheckpointMeta& meta) {
     std::printf("resumed from %s at step %lld\n", o_.resume.c_str(),
                 static_cast<long long>(start_));
   }
-}
-
-// --device for this rank, agreed between ranks: a choice refused on some ranks only (a node
-// without GPUs), or cuda on some and cpu on others (auto on mixed nodes), is an error on every
-// rank naming the ranks, not a hang.
-void Run::choose_run_device() {
-  std::string refused;
-  DeviceChoice where;
-  try {
-    where = choose_device(o_.device, dist_ ? local_rank() : 0, this_process_device_facts());
-  } catch (const InvalidArgument& e) {
-    refused = e.what();
-  }
-  if (dist_) {
-    verify_across_ranks(
-        "the training device",
-        "device: " + (refused.empty() ? std::string(where.cuda ? "cuda" : "cpu") : refused) + "\n");
-  }
-  if (!refused.empty()) throw InvalidArgument(refused);
-  if (where.cuda) device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(where.index));
-  if (talk_ && where.cuda) std::printf("device: %s on rank 0\n", where.name().c_str());
 }
 
 // The model and the optimizer's state onto the run's device, after the weights are final on the
