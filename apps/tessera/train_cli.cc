@@ -85,7 +85,9 @@ CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
                 "groups x H x W); --data DIR then holds slides in train.csv / val.csv "
                 "(path,label; --format csv is implied) and --model is resnet18 or resnet50 "
                 "(default resnet50)");
-  c->add_option("--precision", o.precision, "parameters and inputs: f32 or f64")
+  c->add_option("--precision", o.precision,
+                "f32, f64 (parameters and inputs), bf16 (autocast, f32 master weights) or f16 "
+                "(the same with dynamic loss scaling; GPUs only)")
       ->capture_default_str();
   c->add_option("--device", o.device,
                 "cpu, cuda (each rank on GPU local_rank % GPUs), cuda:I,J,... (a list indexed by "

@@ -284,9 +284,12 @@ class DistributedOptimizer {
 
   // Waits for every gradient's allreduce (enqueuing those whose hook did not fire: unused
   // parameters reduce zeros so every rank runs the same collectives) and leaves the averages in
-  // the parameters' .grad. Called by step(); call it yourself to clip gradients first.
+  // the parameters' .grad. Called by step(); call it yourself to clip or inspect the gradients
+  // first (then step() does not reduce again, as Horovod's skip_synchronize), or to drop the
+  // step: zero_grad() without step().
   void synchronize();
-  // synchronize(), then the wrapped optimizer's step().
+  // synchronize() unless it already ran for this step's gradients, then the wrapped
+  // optimizer's step().
   void step();
   // The wrapped optimizer's zero_grad().
   void zero_grad();

@@ -52,6 +52,8 @@ struct DistributedOptimizer::Impl {
   int64_t steps = 0;
   int64_t caller_step = -1;  // set_step's value for the coming step; -1: no check
   bool step_enqueued = false;
+  // synchronize() finished and no gradient arrived since: step() must not reduce again.
+  bool synchronized = false;
   torch::Tensor step_wire;
   TensorHandle step_handle;
 
@@ -245,6 +247,7 @@ void DistributedOptimizer::Impl::on_gradient(size_t i) {
   std::lock_guard<std::mutex> lock(mu);
   // Rides with the first gradient of the step.
   if (!step_enqueued && caller_step >= 0) enqueue_step_check();
+  synchronized = false;
   Param& p = params[i];
   ++p.passes;
   if (p.passes > options.backward_passes_per_step) {
@@ -308,10 +311,12 @@ void DistributedOptimizer::synchronize() {
     }
   }
   if (first) std::rethrow_exception(first);
+  impl_->synchronized = true;
 }
 
 void DistributedOptimizer::step() {
-  synchronize();
+  if (!impl_->synchronized) synchronize();  // the caller may have, to inspect the gradients
+  impl_->synchronized = false;
   optimizer_.step();
   // The autotuner counts steps here: every rank steps the same number of times, and between
   // steps no gradient of this optimizer is in flight.
@@ -319,7 +324,10 @@ void DistributedOptimizer::step() {
   if (ctx.tuner) ctx.tuner->after_step();
 }
 
-void DistributedOptimizer::zero_grad() { optimizer_.zero_grad(); }
+void DistributedOptimizer::zero_grad() {
+  optimizer_.zero_grad();
+  impl_->synchronized = false;  // a step whose gradients were inspected and then dropped
+}
 
 void DistributedOptimizer::set_step(int64_t step) {
   TESSERA_CHECK(step >= 0, "set_step: a step index is >= 0, got ", step);

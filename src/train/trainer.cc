@@ -13,7 +13,9 @@
 #include "common/error.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
+#include "train/autocast.h"
 #include "train/checkpoint.h"
+#include "train/mixed_precision.h"
 #include "train/on_root.h"
 #include "train/run_device.h"
 #include "train/schedule.h"
@@ -57,8 +59,7 @@ void validate(const TrainOptions& o) {
                 ") must divide --batch-size (", o.batch_size, "): each pass takes an equal share");
   TESSERA_CHECK(o.checkpoint_every == 0 || !o.checkpoint.empty(),
                 "--checkpoint-every needs --checkpoint FILE");
-  TESSERA_CHECK(o.precision == "f32" || o.precision == "f64", "--precision '", o.precision,
-                "' is not supported; accepted: f32, f64");
+  parse_precision(o.precision);
   parse_schedule(o.lr_schedule);
   parse_compression(o.compression);
   if (!o.spatial.empty()) {
@@ -120,6 +121,8 @@ class Run {
   void move_to_device();
   void open_outputs();
   double train_step(int64_t step, double lr);
+  torch::Tensor forward_loss(const torch::Tensor& x, const torch::Tensor& y);
+  void optimizer_step();
   void log_interval(int64_t step, double lr);
   Evaluation evaluate(int64_t steps_done);
   void save(int64_t steps_done);
@@ -130,8 +133,10 @@ class Run {
   const bool dist_;
   const bool root_;
   const bool talk_;  // rank 0 prints progress
-  const torch::ScalarType dtype_;
+  const Precision precision_;
+  const torch::ScalarType dtype_;  // the master weights'
   torch::Device device_ = torch::kCPU;
+  LossScaler scaler_;  // f16 only
   std::unique_ptr<TrainPath> path_;
   std::optional<models::Model> model_;
   std::unique_ptr<torch::optim::SGD> sgd_;
@@ -154,7 +159,8 @@ Run::Run(const TrainOptions& o)
       dist_(!o.local_only),
       root_(!dist_ || rank() == 0),
       talk_(root_ && !o.quiet),
-      dtype_(o.precision == "f64" ? torch::kDouble : torch::kFloat) {
+      precision_(parse_precision(o.precision)),
+      dtype_(precision_.master) {
   at::set_num_threads(o.threads);
   torch::manual_seed(o.seed);
   // Before any other collective: ranks started with different options (an MPMD command line, a
@@ -163,6 +169,9 @@ Run::Run(const TrainOptions& o)
   if (dist_) verify_across_ranks("the training options", describe_training_options(o));
   device_ = agreed_device(o.device, dist_);
   if (talk_ && device_.is_cuda()) std::printf("device: %s on rank 0\n", device_.str().c_str());
+  TESSERA_CHECK(!precision_.loss_scaled || device_.is_cuda(),
+                "--precision f16 trains on GPUs only (libtorch has no f16 convolutions on the "
+                "CPU): use --device cuda, or --precision bf16 (autocast on the CPU too)");
   path_ = make_train_path(o, dist_);
   if (talk_) std::printf("data: %s\n", path_->input().describe().c_str());
   build_model();
@@ -293,11 +302,15 @@ double Run::train_step(int64_t step, double lr) {
     torch::Tensor y = passes == 1 ? target : target.narrow(0, p * micro, micro);
     y = y.to(device_);
     phase(step, "forward");
-    torch::Tensor loss = torch::nn::functional::cross_entropy(
-        path_->forward(x), y, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255));
+    torch::Tensor loss = forward_loss(x, y);
     const Clock::time_point t1 = Clock::now();
     phase(step, "backward (gradients allreduced as they are ready)");
-    (passes == 1 ? loss : loss / passes).backward();
+    const double scale = precision_.loss_scaled ? scaler_.scale() : 1.0;
+    if (scale == 1.0) {
+      (passes == 1 ? loss : loss / passes).backward();
+    } else {
+      (loss * (scale / passes)).backward();  // f16: small gradients survive the scaling
+    }
     const Clock::time_point t2 = Clock::now();
     step_loss += loss.item<double>() / passes;
     if (tracing_) {
@@ -307,13 +320,42 @@ double Run::train_step(int64_t step, double lr) {
   }
   const Clock::time_point t3 = Clock::now();
   phase(step, "optimizer step (waiting for the gradient allreduces)");
-  if (dopt_) {
-    dopt_->step();
-  } else {
-    sgd_->step();
-  }
+  optimizer_step();
   if (tracing_) trace("train", "OPTIMIZER_STEP", t3, Clock::now());
   return step_loss;
+}
+
+// The loss of one pass in the master dtype, the forward under autocast (--precision bf16, f16).
+torch::Tensor Run::forward_loss(const torch::Tensor& x, const torch::Tensor& y) {
+  torch::Tensor out;
+  {
+    AutocastScope amp(device_, precision_.compute);
+    out = path_->forward(x);
+  }
+  return torch::nn::functional::cross_entropy(
+      out.to(dtype_), y, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255));
+}
+
+// The step over the averaged gradients; with f16, unscaled first, or skipped on every rank
+// alike when they overflowed (the averaged gradients are the same bits everywhere).
+void Run::optimizer_step() {
+  if (!precision_.loss_scaled) {
+    if (dopt_) {
+      dopt_->step();
+    } else {
+      sgd_->step();
+    }
+    return;
+  }
+  if (dopt_) dopt_->synchronize();
+  const bool apply = unscale_or_skip(model_->module().parameters(), scaler_);
+  if (apply && dopt_) {
+    dopt_->step();  // does not reduce again
+  } else if (apply) {
+    sgd_->step();
+  } else if (dopt_) {
+    dopt_->zero_grad();
+  }
 }
 
 // The progress line and metrics record of the interval that ends with `step`: the loss averaged

@@ -54,7 +54,8 @@ struct TrainOptions {
   // (world = P_data x P_h x P_w); --data is then a folder of slides listed in train.csv and
   // val.csv (path,label) and the model a ResNet classifier. Empty: data parallelism only.
   std::string spatial;
-  // "f32" or "f64": the model's parameters and the inputs (f64 for exact comparisons).
+  // f32, f64 (exact comparisons), bf16 or f16 (autocast over f32 master weights; f16 with
+  // dynamic loss scaling): train/mixed_precision.h.
   std::string precision = "f32";
   // Where each rank trains: cpu, cuda (GPU local_rank % visible), cuda:I,J,... or auto
   // (train/device_choice.h).

@@ -249,6 +249,32 @@ TEST_F(TorchTest, DistributedOptimizerStepAfterStepMatchesTheAverage) {
   }
 }
 
+// synchronize() to inspect the gradients, then step(): reduced once (a sum reduced twice would
+// be n times too large), as Horovod's skip_synchronize; zero_grad() drops an inspected step.
+TEST_F(TorchTest, StepAfterTheCallersSynchronizeDoesNotReduceAgain) {
+  Linear m(torch::kDouble);
+  torch::Tensor sum = torch::zeros_like(m.fc->weight);  // before the hooks exist
+  for (int k = 0; k < n(); ++k) sum += m.local_grad(k, 1);
+  torch::optim::SGD sgd(m.net->parameters(), torch::optim::SGDOptions(1.0));
+  DistributedOptions o;
+  o.op = ReduceOp::kSum;
+  o.prefix = "inspect.";
+  DistributedOptimizer opt(sgd, m.net->named_parameters(), o);
+  for (int round = 0; round < 2; ++round) {  // the second: after a dropped step
+    const torch::Tensor before = m.fc->weight.detach().clone();
+    opt.zero_grad();
+    m.loss(Linear::data(r(), 0)).backward();
+    opt.synchronize();
+    EXPECT_LT(testing::relative_difference(m.fc->weight.grad(), sum), kF64Tolerance);
+    if (round == 0) {
+      opt.zero_grad();  // dropped: no step
+      continue;
+    }
+    opt.step();
+    EXPECT_LT(testing::relative_difference(m.fc->weight.detach(), before - sum), kF64Tolerance);
+  }
+}
+
 TEST_F(TorchTest, MoreBackwardPassesThanDeclaredIsAClearError) {
   Linear m;
   torch::optim::SGD sgd(m.net->parameters(), torch::optim::SGDOptions(0.1));

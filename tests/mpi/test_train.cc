@@ -3,6 +3,7 @@
 // input (unknown model, batch 0, missing or truncated checkpoints, weights that do not fit).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -342,6 +343,35 @@ TEST_F(TrainTest, DeviceCudaWithoutAGpuSaysWhatIsMissingAndAutoFallsBack) {
   expect_training_error(o, "accepted: cpu, cuda, cuda:I[,J...] or auto");
   o.device = "auto";
   EXPECT_EQ(train::run_training(o).steps, 2);
+}
+
+// --precision bf16: autocast over f32 master weights trains (the CPU has bf16 autocast too),
+// and every rank ends with the same weights; f16 needs a GPU and says so.
+TEST_F(TrainTest, Bf16TrainsUnderAutocastAndF16NeedsAGpu) {
+  train::TrainOptions o = small();
+  o.steps = 3;
+  o.precision = "bf16";
+  std::vector<torch::Tensor> first, last;
+  bool same = false;
+  o.on_step = [&](int64_t done, torch::nn::Module& m) {
+    EXPECT_EQ(m.parameters().front().scalar_type(), torch::kFloat);  // the master weights
+    if (done == 1) first = snapshot(m);
+    if (done == 3) {
+      last = snapshot(m);
+      same = testing::same_on_every_rank(last, "bf16.weights");
+    }
+  };
+  const train::TrainResult r = train::run_training(o);
+  EXPECT_EQ(r.steps, 3);
+  EXPECT_TRUE(std::isfinite(r.final_loss)) << r.final_loss;
+  EXPECT_TRUE(same) << "the ranks' weights differ after bf16 steps";
+  EXPECT_GT(max_relative_difference(first, last), 0) << "two bf16 steps changed nothing";
+  const train::DeviceFacts facts = train::this_process_device_facts();
+  if (facts.build_missing.empty() && facts.device_count > 0) return;  // f16 would run here
+  o = small();
+  o.steps = 1;
+  o.precision = "f16";
+  expect_training_error(o, "--precision f16 trains on GPUs only");
 }
 
 // Ranks started with different options (an MPMD command line, a stale script on one node) fail
