@@ -58,6 +58,7 @@ struct DistributedOptimizer::Impl {
   TensorHandle step_handle;
 
   void enqueue_step_check();
+  void check_hooks_attached() const;
   void finish_step_check();
 
   void on_gradient(size_t i);
@@ -279,8 +280,25 @@ void DistributedOptimizer::Impl::finish(Param& p) {
   p.passes = 0;
 }
 
+// A parameter that .to(device or dtype) re-made after the hooks went in gets a new gradient
+// accumulator without the hook (set_data drops the old one): its gradient would be reduced only
+// here, after backward, and the overlap the hooks exist for would be lost without a word. The
+// hooked accumulator still describes the old device and dtype. Every rank moved its model
+// alike, so every rank fails here alike.
+void DistributedOptimizer::Impl::check_hooks_attached() const {
+  for (const Param& p : params) {
+    const auto& was = p.accumulator->input_metadata(0);
+    TESSERA_CHECK(was.device() == p.tensor.device() && was.dtype() == p.tensor.dtype(),
+                  "parameter '", p.name, "' changed device or dtype (", p.tensor.device(), ", ",
+                  p.tensor.scalar_type(),
+                  ") after the DistributedOptimizer was made, which detached its gradient hook: "
+                  "move the model first (model.to(...)), then make the DistributedOptimizer");
+  }
+}
+
 void DistributedOptimizer::synchronize() {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->check_hooks_attached();
   if (!impl_->step_enqueued && impl_->caller_step >= 0) impl_->enqueue_step_check();
   // Whatever the hooks did not enqueue (unused parameters, fewer passes than declared) goes
   // now, in the same order on every rank.

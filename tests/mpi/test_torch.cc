@@ -275,6 +275,25 @@ TEST_F(TorchTest, StepAfterTheCallersSynchronizeDoesNotReduceAgain) {
   }
 }
 
+// Module::to re-makes a parameter's gradient accumulator when its device or dtype changes; the
+// hook on the old one would never run again.
+TEST_F(TorchTest, AModelMovedAfterTheOptimizerWasMadeIsAClearError) {
+  Linear m(torch::kFloat);
+  torch::optim::SGD sgd(m.net->parameters(), torch::optim::SGDOptions(0.1));
+  DistributedOptions o;
+  o.prefix = "moved.";
+  DistributedOptimizer opt(sgd, m.net->named_parameters(), o);
+  m.net->to(torch::kDouble);
+  m.loss(Linear::data(r(), 0)).backward();
+  try {
+    opt.step();
+    FAIL() << "a step over detached hooks must fail";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'fc.weight' changed device or dtype"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(TorchTest, MoreBackwardPassesThanDeclaredIsAClearError) {
   Linear m;
   torch::optim::SGD sgd(m.net->parameters(), torch::optim::SGDOptions(0.1));
