@@ -37,7 +37,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     torch::Tensor xd = x.to(torch::kFloat64);
     torch::Tensor local =
         torch::cat({xd.sum(dims), (xd * xd).sum(dims),
-                    torch::full({1}, static_cast<double>(x.numel() / c), torch::kFloat64)});
+                    torch::full({1}, static_cast<double>(x.numel() / c), xd.options())});
     torch::Tensor global =
         allreduce(local, name + ".stats", ReduceOp::kSum, 1.0, 1.0, static_cast<int>(process_set));
     const double m = global[2 * c].item<double>();
@@ -95,7 +95,8 @@ torch::Tensor sync_batch_norm(const torch::Tensor& x, const torch::Tensor& weigh
   TESSERA_CHECK(x.dim() >= 2, "SyncBatchNorm '", name, "' needs input [N, C, ...], got ",
                 x.sizes());
   const int64_t c = x.size(1);
-  torch::Tensor stats = torch::empty({2 * c + 1}, torch::kFloat64);
+  // On x's device: the running statistics (there too) are updated from it.
+  torch::Tensor stats = torch::empty({2 * c + 1}, x.options().dtype(torch::kFloat64));
   torch::Tensor y =
       SyncBatchNormFunction::apply(x, weight, bias, eps, name, int64_t{process_set}, stats);
   if (mean) *mean = stats.slice(0, 0, c);
@@ -126,8 +127,10 @@ torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
   const bool sync = options_.sync && is_training() && is_initialized() && size() > 1;
   if (!sync) {
     if (is_training()) num_batches_tracked += 1;
+    // cuDNN's kernels on a GPU where torch would use them (torch.nn.BatchNorm2d does the same).
     return torch::batch_norm(x, weight, bias, running_mean, running_var, is_training(),
-                             options_.momentum, options_.eps, /*cudnn_enabled=*/false);
+                             options_.momentum, options_.eps,
+                             at::globalContext().userEnabledCuDNN());
   }
   torch::Tensor mean, var;
   double total = 0;
