@@ -60,13 +60,6 @@ void check_pair(const torch::Tensor& image, const torch::Tensor& mask, const std
 
 }  // namespace
 
-torch::Tensor normalize(const torch::Tensor& hwc, const Normalize& n) {
-  torch::Tensor x = hwc.permute({2, 0, 1}).to(torch::kFloat).div_(255.0f);
-  torch::Tensor mean = torch::tensor({n.mean[0], n.mean[1], n.mean[2]}).view({3, 1, 1});
-  torch::Tensor sd = torch::tensor({n.std[0], n.std[1], n.std[2]}).view({3, 1, 1});
-  return ((x - mean) / sd).contiguous();
-}
-
 torch::Tensor augment_classification(const torch::Tensor& image, const ClassificationAugment& a,
                                      std::mt19937_64& rng) {
   check_image(image);
