@@ -23,7 +23,10 @@ torch::Tensor region(const torch::Tensor& t, const Rect& r) {
 }
 
 // Moves `send(region)` to each neighbour and receives into `recv(region)` buffers; then calls
-// `land(region, received)` for each. `backward` swaps the roles of the two rectangles.
+// `land(region, received)` for each, `received` on `from`'s device. `backward` swaps the roles
+// of the two rectangles. MPI reads and writes host memory (Open MPI as Debian builds it is not
+// CUDA-aware), so a GPU tile's halos are staged through the CPU: a halo is a thin strip, and
+// the copies are a small share of the convolution around it.
 void move(const HaloPlan& plan, comm::Communicator& comm, const torch::Tensor& from,
           const std::function<void(const HaloRegion&, const torch::Tensor&)>& land, bool backward) {
   const auto start = std::chrono::steady_clock::now();
@@ -38,19 +41,19 @@ void move(const HaloPlan& plan, comm::Communicator& comm, const torch::Tensor& f
     const Rect& out = backward ? r.recv : r.send;
     const Rect& in = backward ? r.send : r.recv;
     if (!out.empty()) {
-      keep.push_back(region(from, out).contiguous());
+      keep.push_back(region(from, out).to(torch::kCPU).contiguous());
       sends.push_back({r.peer, tag_base + r.send_tag, keep.back().data_ptr(),
                        static_cast<size_t>(keep.back().nbytes())});
     }
     if (!in.empty()) {
-      got[k] = torch::empty({n, c, in.rows(), in.cols()}, from.options());
+      got[k] = torch::empty({n, c, in.rows(), in.cols()}, from.options().device(torch::kCPU));
       recvs.push_back(
           {r.peer, tag_base + r.recv_tag, got[k].data_ptr(), static_cast<size_t>(got[k].nbytes())});
     }
   }
   comm::exchange(comm, sends, recvs);
   for (size_t k = 0; k < plan.regions.size(); ++k) {
-    if (got[k].defined()) land(plan.regions[k], got[k]);
+    if (got[k].defined()) land(plan.regions[k], got[k].to(from.device()));
   }
   halo_ns +=
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)

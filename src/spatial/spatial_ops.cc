@@ -15,9 +15,10 @@ using torch::autograd::tensor_list;
 
 std::atomic<int64_t> group_ns{0};
 
+// The sum over `comm` on x's device, through host memory (MPI's): small per-channel sums.
 torch::Tensor allreduce_copy(const torch::Tensor& x, comm::Communicator& comm) {
   const auto start = std::chrono::steady_clock::now();
-  torch::Tensor y = x.contiguous().clone();
+  torch::Tensor y = x.to(torch::kCPU).contiguous().clone();
   TESSERA_CHECK(y.scalar_type() == torch::kFloat || y.scalar_type() == torch::kDouble,
                 "group_sum takes f32 or f64 tensors, got ", y.scalar_type());
   comm::allreduce(comm, y.data_ptr(), y.data_ptr(), static_cast<size_t>(y.numel()),
@@ -25,7 +26,7 @@ torch::Tensor allreduce_copy(const torch::Tensor& x, comm::Communicator& comm) {
   group_ns +=
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();
-  return y;
+  return y.to(x.device());
 }
 
 struct GroupSum : public torch::autograd::Function<GroupSum> {

@@ -1,13 +1,21 @@
 // Shared by the spatial tests: two copies of a model in f64 with the same parameters, one to run
-// on the whole image (the reference) and one to run tile by tile.
+// on the whole image (the reference) and one to run tile by tile, and the device they run on.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <utility>
 
 namespace tessera {
 namespace testing {
+
+// The CPU, or TESSERA_TEST_TRAIN_DEVICE (scripts/gpu_check.sh sets cuda: the halos of GPU tiles
+// then travel through host memory, and the reference runs on the GPU too).
+inline torch::Device spatial_test_device() {
+  const char* d = std::getenv("TESSERA_TEST_TRAIN_DEVICE");
+  return torch::Device(d != nullptr && *d != '\0' ? d : "cpu");
+}
 
 // Model is a TORCH_MODULE holder (models::ResNet, models::DeepLabV3Plus) built from Options.
 template <typename Model, typename Options>

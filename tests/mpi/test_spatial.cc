@@ -281,8 +281,11 @@ double resnet_difference(int depth, const TileSpace& space, int64_t height, int6
   o.depth = depth;
   o.num_classes = 5;
   auto [full, tiled] = testing::twin_models<models::ResNet>(o, 11, dtype);
-  torch::Tensor x = torch::randn({batch, 3, height, width}, dtype);
-  torch::Tensor up = torch::randn({batch, 5}, dtype);
+  const torch::Device dev = testing::spatial_test_device();
+  full->to(dev);
+  tiled->to(dev);
+  torch::Tensor x = torch::randn({batch, 3, height, width}, dtype).to(dev);
+  torch::Tensor up = torch::randn({batch, 5}, dtype).to(dev);
   torch::Tensor logits = full->forward(x);
   (logits * up).sum().backward();
   const int64_t bh = height / ph, bw = width / pw;
@@ -293,11 +296,11 @@ double resnet_difference(int depth, const TileSpace& space, int64_t height, int6
   double worst = (lt - logits).abs().max().item<double>() / logits.abs().max().item<double>();
   auto a = full->named_parameters(), b = tiled->named_parameters();
   for (const auto& item : a) {
-    torch::Tensor gsum = b[item.key()].grad().contiguous().clone();
+    torch::Tensor gsum = b[item.key()].grad().to(torch::kCPU).contiguous().clone();
     comm::allreduce(*space.comm, gsum.data_ptr(), gsum.data_ptr(),
                     static_cast<size_t>(gsum.numel()),
                     dtype == torch::kDouble ? DataType::kFloat64 : DataType::kFloat32);
-    const torch::Tensor want = item.value().grad();
+    const torch::Tensor want = item.value().grad().to(torch::kCPU);
     const double scale = std::max(1e-12, want.abs().max().item<double>());
     const double d = (gsum - want).abs().max().item<double>() / scale;
     EXPECT_LT(d, tolerance) << item.key();
@@ -305,8 +308,8 @@ double resnet_difference(int depth, const TileSpace& space, int64_t height, int6
   }
   auto fa = full->named_buffers(), fb = tiled->named_buffers();
   for (const auto& item : fa) {
-    EXPECT_TRUE(torch::allclose(fb[item.key()].to(torch::kDouble), item.value().to(torch::kDouble),
-                                tolerance, tolerance))
+    EXPECT_TRUE(torch::allclose(fb[item.key()].to(torch::kCPU, torch::kDouble),
+                                item.value().to(torch::kCPU, torch::kDouble), tolerance, tolerance))
         << item.key();
   }
   return worst;
