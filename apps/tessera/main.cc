@@ -221,6 +221,7 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
       if (bench_cmd->get_option("--warmup")->count() > 0) spatial_bench.warmup = bench.warmup;
       spatial_bench.threads = train_bench.threads;
       spatial_bench.json = bench.json_path;
+      spatial_bench.device = bench.device;  // one --device for every bench
       tessera::train::run_spatial_benchmark(spatial_bench);
     } else if (export_cmd->parsed()) {
       rc = tessera::app::run_export(export_options);

@@ -89,10 +89,21 @@ CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
                 "f32, f64 (parameters and inputs), bf16 (autocast, f32 master weights) or f16 "
                 "(the same with dynamic loss scaling; GPUs only)")
       ->capture_default_str();
+  c->add_option("--loss-scale", o.loss_scale,
+                "f16: the dynamic loss scale to start from (halved on overflow, doubled after "
+                "2000 good steps)")
+      ->capture_default_str();
   c->add_option("--device", o.device,
                 "cpu, cuda (each rank on GPU local_rank % GPUs), cuda:I,J,... (a list indexed by "
                 "local rank) or auto (cuda where there is one)")
       ->capture_default_str();
+  c->add_option("--memory-format", o.memory_format,
+                "contiguous (NCHW) or channels-last (NHWC: the layout of GPUs' tensor-core "
+                "convolutions)")
+      ->capture_default_str();
+  c->add_flag("--cudnn-benchmark", o.cudnn_benchmark,
+              "let cuDNN time each convolution's algorithms once and keep the fastest (may not "
+              "be deterministic)");
   c->add_option("--output-stride", o.output_stride, "DeepLab-v3+: 16 or 8")->capture_default_str();
   c->add_option("--backward-passes-per-step", o.backward_passes_per_step,
                 "split each batch into N passes accumulated locally before one allreduce")
@@ -177,6 +188,15 @@ void add_train_bench_options(CLI::App& bench, train::TrainBenchOptions& o) {
       ->capture_default_str();
   bench.add_option("--groups", o.groups, "bench train: grouped allreduces (0: none)")
       ->capture_default_str();
+  bench.add_option("--precision", o.precision, "bench train: f32, f64 or bf16 (autocast)")
+      ->capture_default_str();
+  bench.add_option("--memory-format", o.memory_format, "bench train: contiguous or channels-last")
+      ->capture_default_str();
+  bench.add_flag("--cudnn-benchmark", o.cudnn_benchmark,
+                 "bench train: let cuDNN time each convolution's algorithms");
+  bench.add_flag("!--no-engine", o.engine,
+                 "bench train: plain SGD without the DistributedOptimizer (one rank: the "
+                 "engine's overhead is the ratio of the two)");
 }
 
 }  // namespace app

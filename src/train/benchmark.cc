@@ -10,6 +10,9 @@
 #include "models/registry.h"
 #include "tessera/torch.h"
 #include "torch/memory_policy.h"
+#include "train/autocast.h"
+#include "train/memory_layout.h"
+#include "train/mixed_precision.h"
 #include "train/run_device.h"
 
 namespace tessera {
@@ -43,6 +46,10 @@ void summarise(const TrainBenchOptions& o, const std::vector<double>& rates, Tra
                           {"image_size", o.image_size},
                           {"ranks", size()},
                           {"threads", o.threads},
+                          {"device", o.device},
+                          {"precision", o.precision},
+                          {"memory_format", o.memory_format},
+                          {"engine", o.engine},
                           {"malloc_policy", detail::kMallocPolicy.get(settings())},
                           {"per_rank", rates},
                           {"per_rank_mean", r.per_rank_mean},
@@ -55,54 +62,109 @@ void summarise(const TrainBenchOptions& o, const std::vector<double>& rates, Tra
   }
 }
 
-}  // namespace
-
-TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
-  const models::Task task = models::task_of(o.model);
+void validate(const TrainBenchOptions& o) {
+  models::task_of(o.model);  // throws for an unknown model, listing the accepted ones
   TESSERA_CHECK(o.batch_size > 0, "--batch-size must be > 0, got ", o.batch_size);
   TESSERA_CHECK(o.image_size >= 32, "--image-size must be >= 32, got ", o.image_size);
   TESSERA_CHECK(o.iters > 0 && o.batches_per_iter > 0 && o.warmup >= 0,
                 "--iters and --batches-per-iter must be > 0, --warmup >= 0");
   TESSERA_CHECK(o.threads >= 1, "--threads must be >= 1");
+  TESSERA_CHECK(!parse_precision(o.precision).loss_scaled,
+                "bench train --precision: f32, f64 or bf16 (f16's loss scaling is tessera "
+                "train's), got ",
+                o.precision);
+  parse_memory_format(o.memory_format);
+  TESSERA_CHECK(o.engine || size() == 1,
+                "--no-engine measures one rank without the DistributedOptimizer; this run has ",
+                size(), " ranks");
+}
+
+int64_t parameter_count(torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const torch::Tensor& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+// The model on its device, in the run's dtype and layout, with rank 0's weights.
+models::Model bench_model(const TrainBenchOptions& o, const models::ModelSpec& spec,
+                          torch::Device device, torch::ScalarType dtype) {
+  models::Model model = models::make_model(spec);
+  model.module().train();
+  model.module().to(dtype);
+  broadcast_parameters(model.module(), 0);
+  model.module().to(device);
+  to_memory_format(model.module(), parse_memory_format(o.memory_format));
+  return model;
+}
+
+// What is measured, as Horovod's benchmark prints it, and tessera's own settings.
+void print_header(const TrainBenchOptions& o, int64_t parameters, const torch::Device& device) {
+  std::printf(
+      "Model: %s\nParameters: %lld\nBatch size: %lld\nImage size: %lld\nNumber of ranks: %d\n"
+      "Threads per rank: %d\nDevice: %s\nPrecision: %s\nMemory format: %s\nEngine: %s\n"
+      "Memory policy: %s\n",
+      o.model.c_str(), static_cast<long long>(parameters), static_cast<long long>(o.batch_size),
+      static_cast<long long>(o.image_size), size(), o.threads, device.str().c_str(),
+      o.precision.c_str(), o.memory_format.c_str(),
+      o.engine ? "DistributedOptimizer" : "off (plain SGD)",
+      detail::kMallocPolicy.get(settings()).c_str());
+  std::printf("Running warmup...\n");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
+  validate(o);
+  const models::Task task = models::task_of(o.model);
+  const Precision precision = parse_precision(o.precision);
   at::set_num_threads(o.threads);
+  set_cudnn_benchmark(o.cudnn_benchmark);
   torch::manual_seed(0);
   models::ModelSpec spec;
   spec.name = o.model;
   spec.num_classes =
       o.num_classes > 0 ? o.num_classes : (task == models::Task::kClassification ? 1000 : 21);
-  models::Model model = models::make_model(spec);
-  model.module().train();
-  broadcast_parameters(model.module(), 0);
   const torch::Device device = agreed_device(o.device, true);
-  model.module().to(device);
+  models::Model model = bench_model(o, spec, device, precision.master);
   torch::optim::SGD sgd(model.module().parameters(), torch::optim::SGDOptions(0.01));
-  DistributedOptions d;
-  d.compression = parse_compression(o.compression);
-  d.groups = o.groups;
-  DistributedOptimizer opt(sgd, model.module().named_parameters(), d);
+  std::unique_ptr<DistributedOptimizer> opt;  // made after the model moved (its hooks)
+  if (o.engine) {
+    DistributedOptions d;
+    d.compression = parse_compression(o.compression);
+    d.groups = o.groups;
+    opt = std::make_unique<DistributedOptimizer>(sgd, model.module().named_parameters(), d);
+  }
 
   // Fixed random data, as Horovod's benchmark uses: this measures the model and the engine.
-  torch::Tensor x = torch::randn({o.batch_size, 3, o.image_size, o.image_size}).to(device);
+  torch::Tensor x = in_memory_format(
+      torch::randn({o.batch_size, 3, o.image_size, o.image_size}).to(device, precision.master),
+      parse_memory_format(o.memory_format));
   torch::Tensor y = (task == models::Task::kClassification
                          ? torch::randint(spec.num_classes, {o.batch_size}, torch::kLong)
                          : torch::randint(spec.num_classes,
                                           {o.batch_size, o.image_size, o.image_size}, torch::kLong))
                         .to(device);
   auto one_batch = [&] {
-    opt.zero_grad();
-    torch::nn::functional::cross_entropy(model.forward(x), y).backward();
-    opt.step();
+    if (opt) {
+      opt->zero_grad();
+    } else {
+      sgd.zero_grad();
+    }
+    torch::Tensor out;
+    {
+      AutocastScope amp(device, precision.compute);
+      out = model.forward(x);
+    }
+    torch::nn::functional::cross_entropy(out.to(precision.master), y).backward();
+    if (opt) {
+      opt->step();
+    } else {
+      sgd.step();
+    }
   };
   const bool root = rank() == 0;
-  if (root) {
-    std::printf(
-        "Model: %s\nBatch size: %lld\nImage size: %lld\nNumber of ranks: %d\n"
-        "Threads per rank: %d\nDevice: %s\nMemory policy: %s\n",
-        o.model.c_str(), static_cast<long long>(o.batch_size), static_cast<long long>(o.image_size),
-        size(), o.threads, device.str().c_str(), detail::kMallocPolicy.get(settings()).c_str());
-    std::printf("Running warmup...\n");
-    std::fflush(stdout);
-  }
+  if (root) print_header(o, parameter_count(model.module()), device);
   for (int i = 0; i < o.warmup; ++i) one_batch();
   synchronize_device(device);
   if (root) std::printf("Running benchmark...\n");

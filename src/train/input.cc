@@ -9,6 +9,7 @@
 #include "data/reshuffle.h"
 #include "data/sampler.h"
 #include "tessera/torch.h"
+#include "train/device_feed.h"
 
 namespace tessera {
 namespace train {
@@ -139,6 +140,7 @@ void TrainInput::begin_epoch(int64_t epoch, int64_t first, int64_t end) {
     };
   }
   epoch_ = epoch;
+  if (o_.pinned) make = [make](int64_t step) { return pinned_batch(make(step)); };  // workers pin
   pipe_ = std::make_unique<data::Prefetcher<data::Batch>>(make, o_.workers, o_.prefetch, first, end,
                                                           timeout_s());
 }

@@ -42,7 +42,8 @@ struct InputOptions {
   bool global_shuffle = false;
   double max_corrupt = 0.01;
   bool quiet = false;
-  bool dist = true;  // false: a single process (no collective)
+  bool dist = true;     // false: a single process (no collective)
+  bool pinned = false;  // batches in pinned host memory (a GPU run copies them asynchronously)
 };
 
 class TrainInput : public StepInput {

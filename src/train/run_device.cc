@@ -29,5 +29,9 @@ void synchronize_device(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
+#ifndef TESSERA_TORCH_CUDA
+double peak_device_memory_gib(const torch::Device&) { return 0; }
+#endif
+
 }  // namespace train
 }  // namespace tessera

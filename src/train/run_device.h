@@ -17,5 +17,9 @@ torch::Device agreed_device(const std::string& spec, bool dist);
 // Waits for the device's queued work (CUDA; nothing on the CPU): timing a step.
 void synchronize_device(const torch::Device& device);
 
+// The most memory this process's tensors held at once on `device` (GiB, CUDA's caching
+// allocator: device_memory_cuda.cc); 0 on the CPU, whose figure is the resident set.
+double peak_device_memory_gib(const torch::Device& device);
+
 }  // namespace train
 }  // namespace tessera

@@ -13,6 +13,7 @@
 #include "data/shard_store.h"
 #include "data/slide.h"
 #include "tessera/torch.h"
+#include "train/device_feed.h"
 #include "train/on_root.h"
 
 namespace tessera {
@@ -178,10 +179,11 @@ data::Batch SlideInput::batch(int64_t step, int64_t end) {
     plan.ranks = o_.grid.data;
     plan.batch = o_.batch;
     const int64_t per_epoch = steps_per_epoch_;
-    auto make = [this, plan, per_epoch](int64_t s) {
+    std::function<data::Batch(int64_t)> make = [this, plan, per_epoch](int64_t s) {
       return read(train_, train_rows_, train_cols_, data::batch_indices(plan, s, o_.at.data),
                   s / per_epoch, true);
     };
+    if (o_.pinned) make = [make](int64_t s) { return pinned_batch(make(s)); };  // workers pin
     pipe_ = std::make_unique<data::Prefetcher<data::Batch>>(make, o_.workers, o_.prefetch, step,
                                                             end, timeout_s());
   }

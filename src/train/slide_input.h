@@ -56,6 +56,7 @@ struct SlideInputOptions {
   spatial::GridShape grid;
   spatial::GridCoord at;
   bool dist = true;
+  bool pinned = false;  // tiles in pinned host memory (a GPU run copies them asynchronously)
 };
 
 class SlideInput : public StepInput {

@@ -15,6 +15,7 @@
 #include "spatial/spatial_ops.h"
 #include "spatial/spatial_resnet.h"
 #include "tessera/torch.h"
+#include "train/run_device.h"
 
 namespace tessera {
 namespace train {
@@ -63,6 +64,9 @@ void report(const SpatialBenchOptions& o, const spatial::GridShape& g,
       "peak resident memory per rank %.2f GiB (largest rank; %.2f GiB before the first "
       "step)\n",
       r.peak_rss_gib, r.start_rss_gib);
+  if (o.device != "cpu") {
+    std::printf("peak device memory per rank %.3f GiB (largest rank)\n", r.peak_device_gib);
+  }
   if (!o.json.empty()) {
     std::ofstream f(o.json);
     TESSERA_CHECK(f.good(), "--json: cannot write '", o.json, "'");
@@ -80,6 +84,8 @@ void report(const SpatialBenchOptions& o, const spatial::GridShape& g,
                         {"backward_s", r.backward_s},
                         {"update_s", r.update_s},
                         {"peak_rss_gib", r.peak_rss_gib},
+                        {"device", o.device},
+                        {"peak_device_gib", r.peak_device_gib},
                         {"start_rss_gib", r.start_rss_gib}}
              .dump(1)
       << "\n";
@@ -106,12 +112,14 @@ SpatialBenchResult run_spatial_benchmark(const SpatialBenchOptions& o) {
   net.train();
   if (!whole) spatial::check_resnet_tiling(net, o.image_size, g.h, g.w);
   broadcast_parameters(net, 0);
+  const torch::Device device = agreed_device(o.device, true);
+  net.to(device);  // before the DistributedOptimizer hooks the parameters
   torch::optim::SGD sgd(net.parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   DistributedOptimizer dopt(sgd, net.named_parameters());
   // Pixel values do not change the cost; each rank makes its own tile.
   const torch::Tensor tile =
-      torch::randn({o.batch_size, 3, o.image_size / g.h, o.image_size / g.w});
-  const torch::Tensor labels = torch::zeros({o.batch_size}, torch::kLong);
+      torch::randn({o.batch_size, 3, o.image_size / g.h, o.image_size / g.w}).to(device);
+  const torch::Tensor labels = torch::zeros({o.batch_size}, torch::kLong).to(device);
   const double start_rss = rss_gib().first;
 
   std::vector<double> steps, halos, groups, forwards, backwards, updates;
@@ -126,6 +134,7 @@ SpatialBenchResult run_spatial_benchmark(const SpatialBenchOptions& o) {
     loss.backward();
     const auto t2 = std::chrono::steady_clock::now();
     dopt.step();
+    synchronize_device(device);  // the GPU's queued work belongs to the step
     const auto t3 = std::chrono::steady_clock::now();
     const double s = std::chrono::duration<double>(t3 - t0).count();
     if (i < o.warmup) continue;
@@ -145,6 +154,7 @@ SpatialBenchResult run_spatial_benchmark(const SpatialBenchOptions& o) {
   r.update_s = median(updates);
   r.peak_rss_gib = max_over_ranks(rss_gib().second, "bench.spatial.peak");
   r.start_rss_gib = max_over_ranks(start_rss, "bench.spatial.start");
+  r.peak_device_gib = max_over_ranks(peak_device_memory_gib(device), "bench.spatial.device");
   if (rank() == 0) report(o, g, steps, r);
   return r;
 }

@@ -15,7 +15,7 @@ namespace tessera {
 namespace train {
 namespace {
 
-InputOptions input_options(const TrainOptions& o, models::Task task, bool dist) {
+InputOptions input_options(const TrainOptions& o, models::Task task, bool dist, bool pinned) {
   InputOptions io;
   io.data = o.data;
   io.format = o.format;
@@ -32,6 +32,7 @@ InputOptions input_options(const TrainOptions& o, models::Task task, bool dist) 
   io.max_corrupt = o.max_corrupt;
   io.quiet = o.quiet;
   io.dist = dist;
+  io.pinned = pinned;
   return io;
 }
 
@@ -39,8 +40,11 @@ InputOptions input_options(const TrainOptions& o, models::Task task, bool dist) 
 // rank's batch.
 class DataParallelPath : public TrainPath {
  public:
-  DataParallelPath(const TrainOptions& o, bool dist)
-      : o_(o), dist_(dist), task_(models::task_of(o.model)), input_(input_options(o, task_, dist)) {
+  DataParallelPath(const TrainOptions& o, bool dist, bool pinned)
+      : o_(o),
+        dist_(dist),
+        task_(models::task_of(o.model)),
+        input_(input_options(o, task_, dist, pinned)) {
     TESSERA_CHECK(input_.segmentation() == (task_ == models::Task::kSegmentation), "--model ",
                   o.model, " is a ",
                   task_ == models::Task::kSegmentation ? "segmentation" : "classification",
@@ -102,8 +106,8 @@ class DataParallelPath : public TrainPath {
   std::optional<models::Model> model_;
 };
 
-SlideInputOptions slide_options(const TrainOptions& o, const spatial::ProcessGrid& grid,
-                                bool dist) {
+SlideInputOptions slide_options(const TrainOptions& o, const spatial::ProcessGrid& grid, bool dist,
+                                bool pinned) {
   SlideInputOptions so;
   so.data = o.data;
   so.image_size = o.image_size;
@@ -114,6 +118,7 @@ SlideInputOptions slide_options(const TrainOptions& o, const spatial::ProcessGri
   so.grid = grid.shape();
   so.at = grid.coord();
   so.dist = dist;
+  so.pinned = pinned;
   return so;
 }
 
@@ -122,8 +127,8 @@ SlideInputOptions slide_options(const TrainOptions& o, const spatial::ProcessGri
 // with --sync-bn).
 class SpatialPath : public TrainPath {
  public:
-  SpatialPath(const TrainOptions& o, bool dist)
-      : o_(o), grid_(o.spatial), input_(slide_options(o, grid_, dist)) {}
+  SpatialPath(const TrainOptions& o, bool dist, bool pinned)
+      : o_(o), grid_(o.spatial), input_(slide_options(o, grid_, dist, pinned)) {}
 
   StepInput& input() override { return input_; }
   int64_t global_batch() const override { return grid_.shape().data * o_.batch_size; }
@@ -174,12 +179,13 @@ Evaluation SpatialPath::evaluate() {
   torch::NoGradGuard no_grad;
   resnet_->eval();
   const int64_t n = input_.val_samples(), num_classes = input_.num_classes();
-  const torch::ScalarType dtype = resnet_->parameters().front().scalar_type();
+  // The parameters' dtype and device; the table stays on the CPU.
+  const torch::TensorOptions where = resnet_->parameters().front().options();
   torch::Tensor table = torch::zeros({3, n}, torch::kDouble);  // score, correct, label
   input_.for_each_eval_batch([&](const data::Batch& b, const std::vector<int64_t>& indices) {
     const torch::Tensor logits =
-        spatial::spatial_resnet_forward(*resnet_, b.images.to(dtype), grid_.space())
-            .to(torch::kDouble);
+        spatial::spatial_resnet_forward(*resnet_, b.images.to(where), grid_.space())
+            .to(torch::kCPU, torch::kDouble);
     if (grid_.spatial().rank() != 0) return;  // the group's other ranks hold the same logits
     const torch::Tensor prob = torch::softmax(logits, 1);
     const torch::Tensor correct = logits.argmax(1).eq(b.labels).to(torch::kDouble);
@@ -208,9 +214,9 @@ Evaluation SpatialPath::evaluate() {
 
 }  // namespace
 
-std::unique_ptr<TrainPath> make_train_path(const TrainOptions& o, bool dist) {
-  if (o.spatial.empty()) return std::make_unique<DataParallelPath>(o, dist);
-  return std::make_unique<SpatialPath>(o, dist);
+std::unique_ptr<TrainPath> make_train_path(const TrainOptions& o, bool dist, bool pinned) {
+  if (o.spatial.empty()) return std::make_unique<DataParallelPath>(o, dist, pinned);
+  return std::make_unique<SpatialPath>(o, dist, pinned);
 }
 
 }  // namespace train

@@ -41,7 +41,8 @@ class TrainPath {
 };
 
 // The path `o` asks for (--spatial or not), with its input opened. Collective when `dist`.
-std::unique_ptr<TrainPath> make_train_path(const TrainOptions& o, bool dist);
+// `pinned`: the workers leave batches in pinned memory (a GPU run, train/device_feed.h).
+std::unique_ptr<TrainPath> make_train_path(const TrainOptions& o, bool dist, bool pinned);
 
 }  // namespace train
 }  // namespace tessera

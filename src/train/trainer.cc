@@ -15,6 +15,8 @@
 #include "models/state_dict.h"
 #include "train/autocast.h"
 #include "train/checkpoint.h"
+#include "train/device_feed.h"
+#include "train/memory_layout.h"
 #include "train/mixed_precision.h"
 #include "train/on_root.h"
 #include "train/run_device.h"
@@ -60,6 +62,7 @@ void validate(const TrainOptions& o) {
   TESSERA_CHECK(o.checkpoint_every == 0 || !o.checkpoint.empty(),
                 "--checkpoint-every needs --checkpoint FILE");
   parse_precision(o.precision);
+  parse_memory_format(o.memory_format);
   parse_schedule(o.lr_schedule);
   parse_compression(o.compression);
   if (!o.spatial.empty()) {
@@ -72,8 +75,6 @@ void validate(const TrainOptions& o) {
                   "--global-shuffle and --keep-decoded hold whole images in memory; under "
                   "--spatial each rank reads only its tile of each slide, every step");
     TESSERA_CHECK(!o.local_only, "--spatial needs the ranks of its grid (run under mpirun)");
-    TESSERA_CHECK(o.device == "cpu", "--spatial trains on the CPU for now; --device ", o.device,
-                  " with --spatial is not implemented yet: use --device cpu");
   }
 }
 
@@ -99,7 +100,9 @@ std::string describe_training_options(const TrainOptions& o) {
     << "\n--checkpoint-every: " << o.checkpoint_every << "\n--resume (given): " << !o.resume.empty()
     << "\n--stop-at: " << o.stop_at << "\n--init-from (given): " << !o.init_from.empty()
     << "\n--sync-bn: " << o.sync_bn << "\n--spatial: " << o.spatial
-    << "\n--precision: " << o.precision << "\n--device: " << o.device
+    << "\n--precision: " << o.precision << "\n--loss-scale: " << o.loss_scale
+    << "\n--device: " << o.device
+    << "\n--memory-format: " << o.memory_format << "\n--cudnn-benchmark: " << o.cudnn_benchmark
     << "\n--output-stride: " << o.output_stride
     << "\n--backward-passes-per-step: " << o.backward_passes_per_step << "\n--groups: " << o.groups
     << "\n--compression: " << o.compression << "\n";
@@ -118,7 +121,8 @@ class Run {
  private:
   void build_model();
   void restore(CheckpointMeta& meta);
-  void move_to_device();
+  void place_model();
+  void make_distributed_optimizer();
   void open_outputs();
   double train_step(int64_t step, double lr);
   torch::Tensor forward_loss(const torch::Tensor& x, const torch::Tensor& y);
@@ -135,9 +139,11 @@ class Run {
   const bool talk_;  // rank 0 prints progress
   const Precision precision_;
   const torch::ScalarType dtype_;  // the master weights'
+  const MemoryFormat layout_;
   torch::Device device_ = torch::kCPU;
   LossScaler scaler_;  // f16 only
   std::unique_ptr<TrainPath> path_;
+  std::unique_ptr<DeviceFeed> feed_;  // GPU runs
   std::optional<models::Model> model_;
   std::unique_ptr<torch::optim::SGD> sgd_;
   std::unique_ptr<DistributedOptimizer> dopt_;
@@ -160,8 +166,11 @@ Run::Run(const TrainOptions& o)
       root_(!dist_ || rank() == 0),
       talk_(root_ && !o.quiet),
       precision_(parse_precision(o.precision)),
-      dtype_(precision_.master) {
+      dtype_(precision_.master),
+      layout_(parse_memory_format(o.memory_format)),
+      scaler_(LossScaleOptions{o.loss_scale}) {
   at::set_num_threads(o.threads);
+  set_cudnn_benchmark(o.cudnn_benchmark);
   torch::manual_seed(o.seed);
   // Before any other collective: ranks started with different options (an MPMD command line, a
   // stale script on one node) would otherwise average different batch sizes or models silently,
@@ -172,7 +181,10 @@ Run::Run(const TrainOptions& o)
   TESSERA_CHECK(!precision_.loss_scaled || device_.is_cuda(),
                 "--precision f16 trains on GPUs only (libtorch has no f16 convolutions on the "
                 "CPU): use --device cuda, or --precision bf16 (autocast on the CPU too)");
-  path_ = make_train_path(o, dist_);
+  path_ = make_train_path(o, dist_, device_.is_cuda());
+  // On a GPU each step's batch is copied while the step before computes.
+  if (device_.is_cuda())
+    feed_ = std::make_unique<DeviceFeed>(path_->input(), make_device_copier(device_));
   if (talk_) std::printf("data: %s\n", path_->input().describe().c_str());
   build_model();
   per_epoch_ = path_->input().steps_per_epoch();
@@ -191,13 +203,14 @@ Run::Run(const TrainOptions& o)
   meta_.num_classes = path_->input().num_classes();
   meta_.image_size = o.image_size;
   if (!o.resume.empty()) restore(meta_);
-  move_to_device();
+  place_model();
+  make_distributed_optimizer();
   end_ = o.stop_at > 0 ? std::min(o.stop_at, total_) : total_;
   open_outputs();
 }
 
-// The path's model in the run's precision, rank 0's weights everywhere (--init-from's, when
-// given), and the optimizer over it.
+// The path's model in the run's precision on the CPU, rank 0's weights everywhere
+// (--init-from's, when given), and the optimizer over it.
 void Run::build_model() {
   models::ModelSpec spec;
   spec.name = o_.model;
@@ -223,6 +236,12 @@ void Run::build_model() {
   sgd_ = std::make_unique<torch::optim::SGD>(
       net.parameters(),
       torch::optim::SGDOptions(o_.lr).momentum(o_.momentum).weight_decay(o_.weight_decay));
+}
+
+// After place_model: Module::to gives a parameter that changes device a new gradient
+// accumulator, which would leave the hooks of an optimizer made before it behind.
+void Run::make_distributed_optimizer() {
+  torch::nn::Module& net = model_->module();
   if (dist_) {
     DistributedOptions d;
     d.backward_passes_per_step = o_.backward_passes_per_step;
@@ -251,15 +270,18 @@ void Run::restore(CheckpointMeta& meta) {
   }
 }
 
-// The model and the optimizer's state onto the run's device, after the weights are final on the
-// CPU (rank 0's broadcast, a checkpoint read there). Module::to keeps each parameter's identity,
-// so the optimizer's state and the DistributedOptimizer's hooks still refer to them.
-void Run::move_to_device() {
-  if (device_.is_cpu()) return;
+// The model and the optimizer's state onto the run's device and into its memory format, after
+// the weights are final on the CPU (rank 0's broadcast, a checkpoint read there). Module::to
+// keeps each parameter's identity, so the optimizer's state still refers to them.
+void Run::place_model() {
   model_->module().to(device_);
+  // Always: a checkpoint written in the other layout restores its tensors' strides.
+  to_memory_format(model_->module(), layout_);
   for (auto& kv : sgd_->state()) {
     auto& s = static_cast<torch::optim::SGDParamState&>(*kv.second);
-    if (s.momentum_buffer().defined()) s.momentum_buffer(s.momentum_buffer().to(device_));
+    if (s.momentum_buffer().defined()) {
+      s.momentum_buffer(in_memory_format(s.momentum_buffer().to(device_), layout_));
+    }
   }
 }
 
@@ -288,7 +310,7 @@ double Run::train_step(int64_t step, double lr) {
   }
   phase(step, "waiting for its batch");
   if (dopt_) dopt_->set_step(step);  // a rank that skipped a batch fails at the next step
-  data::Batch batch = path_->input().batch(step, end_);
+  data::Batch batch = feed_ ? feed_->batch(step, end_) : path_->input().batch(step, end_);
   const bool classify = model_->task() == models::Task::kClassification;
   const torch::Tensor& target = classify ? batch.labels : batch.masks;
   sgd_->zero_grad();
@@ -298,7 +320,7 @@ double Run::train_step(int64_t step, double lr) {
   for (int p = 0; p < passes; ++p) {
     const Clock::time_point t0 = Clock::now();
     torch::Tensor x = passes == 1 ? batch.images : batch.images.narrow(0, p * micro, micro);
-    x = x.to(device_, dtype_);
+    x = in_memory_format(x.to(device_, dtype_), layout_);
     torch::Tensor y = passes == 1 ? target : target.narrow(0, p * micro, micro);
     y = y.to(device_);
     phase(step, "forward");

@@ -57,9 +57,13 @@ struct TrainOptions {
   // f32, f64 (exact comparisons), bf16 or f16 (autocast over f32 master weights; f16 with
   // dynamic loss scaling): train/mixed_precision.h.
   std::string precision = "f32";
+  double loss_scale = 65536;  // f16: the dynamic loss scale's start (GradScaler's init_scale)
   // Where each rank trains: cpu, cuda (GPU local_rank % visible), cuda:I,J,... or auto
   // (train/device_choice.h).
   std::string device = "cpu";
+  // contiguous or channels-last (train/memory_layout.h); cuDNN timing its convolutions.
+  std::string memory_format = "contiguous";
+  bool cudnn_benchmark = false;
   int output_stride = 16;
   int backward_passes_per_step = 1;
   int groups = 0;

@@ -130,6 +130,7 @@ class SpatialTrainerTest : public testing::TorchTest {
     o.workers = 2;
     o.quiet = true;
     o.log_every = 1;
+    o.device = testing::train_test_device();
     return o;
   }
 };
@@ -224,7 +225,8 @@ TEST_F(SpatialTrainerTest, TrainingOnSlidesEqualsOneProcessOnTheWholeImages) {
     o.base_batch = g.data * o.batch_size;  // the rate is --lr itself
     std::vector<std::vector<torch::Tensor>> got(steps);
     o.on_step = [&](int64_t done, torch::nn::Module& m) {
-      for (const auto& p : m.parameters()) got[done - 1].push_back(p.detach().clone());
+      for (const auto& p : m.parameters())
+        got[done - 1].push_back(p.detach().to(torch::kCPU).clone());
     };
     const train::TrainResult result = train::run_training(o);
     const Reference ref = reference_run(o, g.data, steps);

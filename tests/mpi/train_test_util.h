@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "common/error.h"
@@ -11,6 +12,13 @@
 
 namespace tessera {
 namespace testing {
+
+// Where the equivalence tests train: the CPU, or TESSERA_TEST_TRAIN_DEVICE (scripts/gpu_check.sh
+// sets cuda, so the same comparisons run on the GPU, against a reference on the GPU).
+inline std::string train_test_device() {
+  const char* d = std::getenv("TESSERA_TEST_TRAIN_DEVICE");
+  return d != nullptr && *d != '\0' ? d : "cpu";
+}
 
 inline void expect_training_error(const train::TrainOptions& o, const std::string& fragment) {
   try {
