@@ -80,7 +80,7 @@ out=$("$tessera" make-dataset shapes --out "$work/shapes" --size 40 --image-size
 check "make-dataset shapes" 0 "36 train + 4 val samples of 48x48" "$out" $rc
 out=$(run bench data --data "$work/shapes" --format voc --workers 1,2 --batch-size 4 \
   --image-size 32 --repeats 1 --json "$work/data.json" 2>&1); rc=$?
-check "bench data" 0 "deeplabv3plus_resnet18 training step (batch 4, 32x32, 1 thread) consumes" "$out" $rc
+check "bench data" 0 "deeplabv3plus_resnet18 training step (batch 4, 32x32, 1 thread, cpu, f32, contiguous) consumes" "$out" $rc
 grep -q '"ratio_to_step"' "$work/data.json" || { echo "FAIL bench data: no JSON"; fail=1; }
 out=$(run bench data --data "$work/nowhere" --format voc 2>&1); rc=$?
 check "bench data without a data set" 2 "nowhere' is not a folder" "$out" $rc

@@ -208,6 +208,9 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
       if (bench_cmd->get_option("--image-size")->count() > 0)
         data_bench.image_size = train_bench.image_size;
       data_bench.threads = train_bench.threads;
+      data_bench.device = bench.device;  // the reference step's, with these two of bench train
+      data_bench.precision = train_bench.precision;
+      data_bench.memory_format = train_bench.memory_format;
       data_bench.json = bench.json_path;
       tessera::train::run_data_benchmark(data_bench);
     } else if (bench_cmd->parsed() && bench.collective == "spatial") {

@@ -14,6 +14,11 @@
 #include "data/sampler.h"
 #include "models/registry.h"
 #include "tessera/torch.h"
+#include "train/autocast.h"
+#include "train/device_feed.h"
+#include "train/memory_layout.h"
+#include "train/mixed_precision.h"
+#include "train/run_device.h"
 
 namespace tessera {
 namespace train {
@@ -25,16 +30,18 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Runs `batches` batches of epoch `epoch` through a pipeline of `workers`; samples per second.
+// Runs `batches` batches of epoch `epoch` through a pipeline of `workers` (pinning each batch
+// when `pinned`); samples per second.
 double pump(data::SampleSource& src, int workers, int64_t batch, int64_t batches, int64_t epoch,
-            uint64_t seed) {
+            uint64_t seed, bool pinned) {
   const std::vector<int64_t> positions =
       data::shard_epoch_order(static_cast<int64_t>(src.store().size()), seed, 0, epoch);
   const int64_t per_epoch = static_cast<int64_t>(positions.size()) / batch;
   data::Prefetcher<data::Batch> pipe(
       [&](int64_t k) {
-        return src.make_batch(positions, static_cast<size_t>((k % per_epoch) * batch),
-                              static_cast<size_t>(batch), epoch);
+        data::Batch b = src.make_batch(positions, static_cast<size_t>((k % per_epoch) * batch),
+                                       static_cast<size_t>(batch), epoch);
+        return pinned ? pinned_batch(b) : b;
       },
       workers, 2 * workers, 0, batches, timeout_s());
   const Clock::time_point t0 = Clock::now();
@@ -43,29 +50,44 @@ double pump(data::SampleSource& src, int workers, int64_t batch, int64_t batches
   return static_cast<double>(samples) / since(t0);
 }
 
-// Samples per second one training step of `model` consumes (forward, backward, SGD update).
-double step_rate(const DataBenchOptions& o, int64_t num_classes, bool segmentation) {
+// Samples per second one training step of `model` consumes (forward, backward, SGD update) on
+// --device, in --precision and --memory-format.
+double step_rate(const DataBenchOptions& o, const torch::Device& device, int64_t num_classes,
+                 bool segmentation) {
+  const Precision precision = parse_precision(o.precision);
+  const MemoryFormat layout = parse_memory_format(o.memory_format);
   models::ModelSpec spec;
   spec.name = o.reference_model;
   spec.num_classes = num_classes;
   models::Model model = models::make_model(spec);
   TESSERA_CHECK((model.task() == models::Task::kSegmentation) == segmentation, "--reference-model ",
                 o.reference_model, " does not fit the data set's task");
+  model.module().to(device, precision.master);
+  to_memory_format(model.module(), layout);
   torch::optim::SGD sgd(model.module().parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   model.module().train();
   const int64_t s = o.image_size, b = o.batch_size;
-  torch::Tensor x = torch::randn({b, 3, s, s});
-  torch::Tensor y = segmentation ? torch::randint(num_classes, {b, s, s}, torch::kLong)
-                                 : torch::randint(num_classes, {b}, torch::kLong);
+  torch::Tensor x =
+      in_memory_format(torch::randn({b, 3, s, s}).to(device, precision.master), layout);
+  torch::Tensor y = (segmentation ? torch::randint(num_classes, {b, s, s}, torch::kLong)
+                                  : torch::randint(num_classes, {b}, torch::kLong))
+                        .to(device);
   auto step = [&] {
     sgd.zero_grad();
-    torch::nn::functional::cross_entropy(model.forward(x), y).backward();
+    torch::Tensor out;
+    {
+      AutocastScope amp(device, precision.compute);
+      out = model.forward(x);
+    }
+    torch::nn::functional::cross_entropy(out.to(precision.master), y).backward();
     sgd.step();
   };
   step();
   step();
+  synchronize_device(device);
   const Clock::time_point t0 = Clock::now();
   for (int i = 0; i < o.reference_steps; ++i) step();
+  synchronize_device(device);
   return static_cast<double>(b * o.reference_steps) / since(t0);
 }
 
@@ -78,11 +100,12 @@ void report(const DataBenchOptions& o, const DataBenchResult& r) {
     }
     if (r.step_samples_per_s > 0) {
       std::printf(
-          "reference: one %s training step (batch %lld, %lldx%lld, %d thread%s) consumes "
-          "%.1f samples/s\n",
+          "reference: one %s training step (batch %lld, %lldx%lld, %d thread%s, %s, %s, %s) "
+          "consumes %.1f samples/s\n",
           o.reference_model.c_str(), static_cast<long long>(o.batch_size),
           static_cast<long long>(o.image_size), static_cast<long long>(o.image_size), o.threads,
-          o.threads == 1 ? "" : "s", r.step_samples_per_s);
+          o.threads == 1 ? "" : "s", o.device.c_str(), o.precision.c_str(), o.memory_format.c_str(),
+          r.step_samples_per_s);
     }
     std::fflush(stdout);
   }
@@ -127,7 +150,10 @@ DataBenchResult run_data_benchmark(const DataBenchOptions& o) {
   DataBenchResult r;
   // The first pass reads this rank's shard from its files (with the most workers).
   uint64_t io0 = data::process_read_bytes();
-  r.first_pass_samples_per_s = pump(src, most, o.batch_size, shard / o.batch_size, 0, o.seed);
+  const torch::Device device = agreed_device(o.device, is_initialized());
+  const bool pinned = device.is_cuda();
+  r.first_pass_samples_per_s =
+      pump(src, most, o.batch_size, shard / o.batch_size, 0, o.seed, pinned);
   src.store().load_all();
   r.first_pass_bytes = data::process_read_bytes() - io0;
   if (talk) {
@@ -144,7 +170,7 @@ DataBenchResult run_data_benchmark(const DataBenchOptions& o) {
   }
   if (o.reference_model != "none") {
     at::set_num_threads(o.threads);
-    r.step_samples_per_s = step_rate(o, set.num_classes, set.segmentation);
+    r.step_samples_per_s = step_rate(o, device, set.num_classes, set.segmentation);
   }
   if (talk) {
     std::printf("%8s %14s %16s %18s\n", "workers", "samples/s", "x step", "file bytes read");
@@ -156,7 +182,7 @@ DataBenchResult run_data_benchmark(const DataBenchOptions& o) {
     std::vector<double> rates;
     const uint64_t before = src.store().file_bytes_read();
     for (int k = 0; k < o.repeats; ++k)
-      rates.push_back(pump(src, w, o.batch_size, batches, epoch++, o.seed));
+      rates.push_back(pump(src, w, o.batch_size, batches, epoch++, o.seed, pinned));
     row.file_bytes = src.store().file_bytes_read() - before;
     row.samples_per_s = median(rates);
     row.ratio_to_step = r.step_samples_per_s > 0 ? row.samples_per_s / r.step_samples_per_s : 0;

@@ -24,6 +24,11 @@ struct DataBenchOptions {
   std::string reference_model = "deeplabv3plus_resnet18";  // "none": no reference step
   int reference_steps = 6;
   int threads = 1;  // the reference step's intra-op threads
+  // Where the reference step runs, and how (bench's --device, --precision, --memory-format): on
+  // a GPU the workers also pin each batch, as tessera train's do there.
+  std::string device = "cpu";
+  std::string precision = "f32";
+  std::string memory_format = "contiguous";
   uint64_t seed = 42;
   std::string json;
 };
