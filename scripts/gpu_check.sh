@@ -8,9 +8,11 @@
 #   bash scripts/gpu_check.sh [OUT]      (OUT: where the logs go; default $OUT, else /tmp/gpu-check)
 #
 # It builds against the machine's PyTorch (its libtorch, CUDA included) without the image
-# libraries it lacks (TESSERA_WITH_TRAINING=OFF): the device paths of comm and the engine first,
-# then, after the benchmarks, the libtorch binding's test on CUDA tensors and the Python
-# package. Where configuring against that libtorch fails, it says so and goes on without it.
+# libraries it lacks (TESSERA_IMAGE_CODECS=OFF: synthetic data only): the device paths of comm
+# and the engine first, then, after the benchmarks, the libtorch binding's test on CUDA
+# tensors, the training checks and benchmarks (scripts/gpu_check_train.sh) and the Python
+# package, each in the time left of GPU_CHECK_BUDGET (520 s). Where configuring against that
+# libtorch fails, it says so and goes on without it (and without training).
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 LOG=${1:-${OUT:-/tmp/gpu-check}}
@@ -60,22 +62,23 @@ configure() {  # extra CMake arguments...
   [ ! -f "$BUILD/CMakeCache.txt" ] && command -v ninja > /dev/null && gen=(-G Ninja)
   cmake -S "$SRC" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$DEPS/usr" \
-    -DMPI_CXX_COMPILER="$DEPS/usr/bin/mpicxx.openmpi" -DTESSERA_WITH_TRAINING=OFF "$@" \
+    -DMPI_CXX_COMPILER="$DEPS/usr/bin/mpicxx.openmpi" -DTESSERA_IMAGE_CODECS=OFF "$@" \
     >> "$LOG/configure.log" 2>&1
 }
-TORCH=on PYTHON=on
-if ! configure -DTESSERA_WITH_TORCH=ON -DTESSERA_PYTHON="$PY" -DUSE_SYSTEM_NVTX=ON; then
-  row "configure with libtorch and Python" "FAIL" "$LOG/configure.log (trying without Python)"
-  PYTHON=off; rm -rf "$BUILD"
+TORCH=on PYTHON=on TRAINING=${GPU_CHECK_TRAINING:-on}
+if ! configure -DTESSERA_WITH_TORCH=ON -DTESSERA_PYTHON="$PY" -DUSE_SYSTEM_NVTX=ON \
+     -DTESSERA_WITH_TRAINING="$TRAINING"; then
+  row "configure with libtorch, training and Python" "FAIL" "$LOG/configure.log (trying without Python and training)"
+  PYTHON=off TRAINING=off; rm -rf "$BUILD"
   if ! configure -DTESSERA_WITH_TORCH=ON -DTESSERA_PYTHON="$PY" -DUSE_SYSTEM_NVTX=ON \
-       -DTESSERA_WITH_PYTHON=OFF; then
+       -DTESSERA_WITH_PYTHON=OFF -DTESSERA_WITH_TRAINING=OFF; then
     row "configure with libtorch" "FAIL" "$LOG/configure.log (trying without libtorch)"
     TORCH=off; rm -rf "$BUILD"
     configure -DTESSERA_WITH_TORCH=OFF ||
       { row "configure" "FAIL" "$LOG/configure.log"; tail -30 "$LOG/configure.log"; exit 1; }
   fi
 fi
-row "configure" "ok" "$(grep -o 'GPU backend on.*' "$LOG/configure.log" | tail -1); libtorch $TORCH, Python $PYTHON"
+row "configure" "ok" "$(grep -o 'GPU backend on.*' "$LOG/configure.log" | tail -1); libtorch $TORCH, training $TRAINING, Python $PYTHON"
 [ "$TORCH" = on ] && row "libtorch" "" "$(grep -o 'libtorch has CUDA.*' "$LOG/configure.log" | tail -1 || echo 'no CUDA in this libtorch')"
 if ! timeout 300 cmake --build "$BUILD" -j"$(nproc)" --target tessera_unit_tests \
      mpi_device_collectives mpi_engine_device tessera-bench > "$LOG/build.log" 2>&1; then
@@ -121,26 +124,32 @@ for np in 1 2 4; do
 done
 # 5. The libtorch binding on CUDA tensors (tests/mpi/test_torch_device.cc in its cuda mode) at
 # 1, 2 and 4 ranks sharing the GPU, and the Python package's CUDA case, in the time left.
+BUDGET=${GPU_CHECK_BUDGET:-520}
+TRAIN_TARGETS=()
+[ "$TRAINING" = on ] && TRAIN_TARGETS=(tessera mpi_train mpi_spatial tessera_torch_unit_tests)
 if [ "$TORCH" = on ]; then
-  left=$(( 520 - ($(date +%s) - T0) ))
+  left=$(( BUDGET - ($(date +%s) - T0) ))
   if [ "$left" -gt 60 ] && timeout "$left" cmake --build "$BUILD" -j"$(nproc)" \
-       --target mpi_torch_device > "$LOG/build_torch.log" 2>&1; then
-    row "build libtorch binding test" "ok" "$(elapsed)"
+       --target mpi_torch_device "${TRAIN_TARGETS[@]}" > "$LOG/build_torch.log" 2>&1; then
+    row "build libtorch binding test${TRAIN_TARGETS:+ and training}" "ok" "$(elapsed)"
     for np in 1 2 4; do
       test_row "libtorch binding on CUDA tensors, $np ranks" "$LOG/td_np$np.log" \
         env TESSERA_TEST_TORCH_DEVICE="${GPU_CHECK_DEVICE:-cuda}" $MPIRUN -np "$np" "$BUILD/tests/mpi_torch_device"
     done
+    # 6. Training on the GPU (issue 22).
+    [ "$TRAINING" = on ] && source "$SRC/scripts/gpu_check_train.sh"
   else
     row "build libtorch binding test" "FAIL" "$LOG/build_torch.log ($left s were left)"
     grep -B2 -A8 -m5 "error" "$LOG/build_torch.log"
   fi
-  left=$(( 520 - ($(date +%s) - T0) ))
+  left=$(( BUDGET - ($(date +%s) - T0) ))
   if [ "$PYTHON" = on ] && [ "$left" -gt 40 ] && timeout "$left" cmake --build "$BUILD" \
        -j"$(nproc)" --target tessera_python > "$LOG/build_python.log" 2>&1; then
     for np in 1 2; do
       log=$LOG/py_np$np.log
       if timeout 240 env PYTHONPATH="$BUILD/python" $MPIRUN -np "$np" "$PY" -m pytest -q \
-           -p no:cacheprovider --color=no "$SRC/tests/python/test_ops.py" -k "cuda or neither" -rs > "$log" 2>&1; then
+           -p no:cacheprovider --color=no "$SRC/tests/python/test_ops.py" \
+           "$SRC/tests/python/test_optimizer.py" -k "cuda or neither" -rs > "$log" 2>&1; then
         row "Python package, CUDA case, $np ranks" "pass" "$(grep -E 'passed|skipped' "$log" | tail -1)"
       else
         row "Python package, CUDA case, $np ranks" "FAIL" "$log"
