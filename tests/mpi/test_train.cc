@@ -316,6 +316,11 @@ TEST_F(TrainTest, BadInputIsAClearErrorOnEveryRank) {
   ok.steps = 4;
   ok.resume = path("good.pt");
   EXPECT_EQ(train::run_training(ok).steps, 4);
+  // A checkpoint of another model: named, with what it holds and what this run trains.
+  train::TrainOptions other = ok;
+  other.model = "resnet50";
+  expect_training_error(other, "good.pt' holds resnet18 with 3 classes, but this run trains "
+                               "resnet50 with 3");
   // --init-from weights of another number of classes: the error names the file and shapes.
   if (rank() == 0) {
     torch::manual_seed(0);
