@@ -319,8 +319,9 @@ TEST_F(TrainTest, BadInputIsAClearErrorOnEveryRank) {
   // A checkpoint of another model: named, with what it holds and what this run trains.
   train::TrainOptions other = ok;
   other.model = "resnet50";
-  expect_training_error(other, "good.pt' holds resnet18 with 3 classes, but this run trains "
-                               "resnet50 with 3");
+  expect_training_error(other,
+                        "good.pt' holds resnet18 with 3 classes, but this run trains "
+                        "resnet50 with 3");
   // --init-from weights of another number of classes: the error names the file and shapes.
   if (rank() == 0) {
     torch::manual_seed(0);
@@ -488,9 +489,10 @@ TEST_F(TrainTest, F16OverflowingEveryStepStopsNamingTheLossScale) {
   o.precision = "f16";
   o.loss_scale = 1e38;
   o.steps = 30;
-  testing::expect_training_error(o, "f16 training stopped: 25 steps in a row had gradients that "
-                                    "were not finite (inf or NaN) on some rank; the last ran "
-                                    "with loss scale ");
+  testing::expect_training_error(o,
+                                 "f16 training stopped: 25 steps in a row had gradients that "
+                                 "were not finite (inf or NaN) on some rank; the last ran "
+                                 "with loss scale ");
 }
 
 // Ranks started with different options (an MPMD command line, a stale script on one node) fail
