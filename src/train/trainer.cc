@@ -101,9 +101,8 @@ std::string describe_training_options(const TrainOptions& o) {
     << "\n--stop-at: " << o.stop_at << "\n--init-from (given): " << !o.init_from.empty()
     << "\n--sync-bn: " << o.sync_bn << "\n--spatial: " << o.spatial
     << "\n--precision: " << o.precision << "\n--loss-scale: " << o.loss_scale
-    << "\n--device: " << o.device
-    << "\n--memory-format: " << o.memory_format << "\n--cudnn-benchmark: " << o.cudnn_benchmark
-    << "\n--output-stride: " << o.output_stride
+    << "\n--device: " << o.device << "\n--memory-format: " << o.memory_format
+    << "\n--cudnn-benchmark: " << o.cudnn_benchmark << "\n--output-stride: " << o.output_stride
     << "\n--backward-passes-per-step: " << o.backward_passes_per_step << "\n--groups: " << o.groups
     << "\n--compression: " << o.compression << "\n";
   return s.str();
