@@ -11,6 +11,33 @@
 namespace tessera {
 namespace app {
 
+namespace {
+
+// Where and how the arithmetic runs: device, precision, memory layout.
+void add_device_options(CLI::App& c, train::TrainOptions& o) {
+  c.add_option("--precision", o.precision,
+               "f32, f64 (parameters and inputs), bf16 (autocast, f32 master weights) or f16 "
+               "(the same with dynamic loss scaling; GPUs only)")
+      ->capture_default_str();
+  c.add_option("--loss-scale", o.loss_scale,
+               "f16: the dynamic loss scale to start from (halved on overflow, doubled after "
+               "2000 good steps)")
+      ->capture_default_str();
+  c.add_option("--device", o.device,
+               "cpu, cuda (each rank on GPU local_rank % GPUs), cuda:I,J,... (a list indexed by "
+               "local rank) or auto (cuda where there is one)")
+      ->capture_default_str();
+  c.add_option("--memory-format", o.memory_format,
+               "contiguous (NCHW) or channels-last (NHWC: the layout of GPUs' tensor-core "
+               "convolutions)")
+      ->capture_default_str();
+  c.add_flag("--cudnn-benchmark", o.cudnn_benchmark,
+             "let cuDNN time each convolution's algorithms once and keep the fastest (may not "
+             "be deterministic)");
+}
+
+}  // namespace
+
 CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
   CLI::App* c = app.add_subcommand("train", "train a model data-parallel (run under mpirun)");
   c->add_option("--model", o.model,
@@ -85,25 +112,7 @@ CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
                 "groups x H x W); --data DIR then holds slides in train.csv / val.csv "
                 "(path,label; --format csv is implied) and --model is resnet18 or resnet50 "
                 "(default resnet50)");
-  c->add_option("--precision", o.precision,
-                "f32, f64 (parameters and inputs), bf16 (autocast, f32 master weights) or f16 "
-                "(the same with dynamic loss scaling; GPUs only)")
-      ->capture_default_str();
-  c->add_option("--loss-scale", o.loss_scale,
-                "f16: the dynamic loss scale to start from (halved on overflow, doubled after "
-                "2000 good steps)")
-      ->capture_default_str();
-  c->add_option("--device", o.device,
-                "cpu, cuda (each rank on GPU local_rank % GPUs), cuda:I,J,... (a list indexed by "
-                "local rank) or auto (cuda where there is one)")
-      ->capture_default_str();
-  c->add_option("--memory-format", o.memory_format,
-                "contiguous (NCHW) or channels-last (NHWC: the layout of GPUs' tensor-core "
-                "convolutions)")
-      ->capture_default_str();
-  c->add_flag("--cudnn-benchmark", o.cudnn_benchmark,
-              "let cuDNN time each convolution's algorithms once and keep the fastest (may not "
-              "be deterministic)");
+  add_device_options(*c, o);
   c->add_option("--output-stride", o.output_stride, "DeepLab-v3+: 16 or 8")->capture_default_str();
   c->add_option("--backward-passes-per-step", o.backward_passes_per_step,
                 "split each batch into N passes accumulated locally before one allreduce")
