@@ -33,6 +33,12 @@ struct AllreduceOptions {
 void allreduce(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype,
                const AllreduceOptions& options = {});
 
+// Adasum (Horovod's op=Adasum; docs/algorithms.md) in place over `buf`, the concatenation of
+// tensors of counts[i] elements, each combined with its own coefficients; every rank ends with
+// the same bits. Floating dtypes and a power-of-two number of ranks, else InvalidArgument.
+void adasum_allreduce(Communicator& comm, void* buf, const std::vector<size_t>& counts,
+                      DataType dtype);
+
 // The algorithm allreduce() runs for `bytes` on `comm` when asked for `requested`.
 Algorithm choose_allreduce(const Communicator& comm, size_t bytes, Algorithm requested);
 

@@ -36,7 +36,8 @@ MPI_Op half_op(ReduceOp op) {
       return ops[3];
     case ReduceOp::kBitAnd:
     case ReduceOp::kBitOr:
-      break;  // not defined on half floats (check_op_supported)
+    case ReduceOp::kAdasum:
+      break;  // not defined on half floats (check_op_supported); Adasum is not MPI's
   }
   return MPI_OP_NULL;
 }
@@ -84,6 +85,8 @@ MPI_Op mpi_op(DataType dtype, ReduceOp op) {
       return MPI_BAND;
     case ReduceOp::kBitOr:
       return MPI_BOR;
+    case ReduceOp::kAdasum:
+      break;  // the engine runs it (comm::adasum_allreduce), never MPI
   }
   return MPI_OP_NULL;
 }

@@ -91,6 +91,8 @@ const char* reduce_op_name(ReduceOp op) {
       return "band";
     case ReduceOp::kBitOr:
       return "bor";
+    case ReduceOp::kAdasum:
+      return "adasum";
   }
   return "?";
 }
@@ -103,8 +105,9 @@ ReduceOp parse_reduce_op(const std::string& name) {
   if (name == "prod" || name == "product") return ReduceOp::kProduct;
   if (name == "band") return ReduceOp::kBitAnd;
   if (name == "bor") return ReduceOp::kBitOr;
+  if (name == "adasum") return ReduceOp::kAdasum;
   throw InvalidArgument("unknown reduce op '" + name +
-                        "'; accepted: sum avg min max prod band bor");
+                        "'; accepted: sum avg min max prod band bor adasum");
 }
 
 void check_op_supported(DataType dtype, ReduceOp op) {
@@ -112,6 +115,10 @@ void check_op_supported(DataType dtype, ReduceOp op) {
     throw InvalidArgument(std::string("average is not defined on integer dtype ") +
                           dtype_name(dtype) +
                           ": use sum and divide yourself, or a floating dtype (f32 f64 f16 bf16)");
+  }
+  if (op == ReduceOp::kAdasum && !is_floating(dtype)) {
+    throw InvalidArgument(std::string("adasum combines floating-point tensors, not ") +
+                          dtype_name(dtype) + ": use f32 f64 f16 or bf16");
   }
   if ((op == ReduceOp::kBitAnd || op == ReduceOp::kBitOr) && is_floating(dtype)) {
     throw InvalidArgument(std::string(reduce_op_name(op)) +

@@ -23,7 +23,9 @@ enum class DataType {
 constexpr DataType kLastDataType = DataType::kInt16;
 
 // kBitAnd and kBitOr are bitwise, on integer dtypes only (the engine's cache vote is one).
-enum class ReduceOp { kSum, kAverage, kMin, kMax, kProduct, kBitAnd, kBitOr };
+// kAdasum: Horovod's adaptive summation, floating dtypes only, run by the engine's allreduce
+// (comm::adasum_allreduce), not by comm::allreduce's algorithms.
+enum class ReduceOp { kSum, kAverage, kMin, kMax, kProduct, kBitAnd, kBitOr, kAdasum };
 
 // Bytes per element.
 size_t dtype_size(DataType dtype);

@@ -52,14 +52,47 @@ const KernelTable& table() {
 }  // namespace
 
 void reduce(DataType dtype, ReduceOp op, const void* a, const void* b, void* out, size_t count) {
+  TESSERA_CHECK(
+      op != ReduceOp::kAdasum,
+      "adasum is not an elementwise reduction: the engine runs it (comm::adasum_allreduce)");
   if (count == 0) return;
   table().reduce(dtype, op, a, b, out, count);
 }
 
+namespace {
+
+template <class T>
+void scale_integers(double factor, const void* in, void* out, size_t count) {
+  const T* a = static_cast<const T*>(in);
+  T* o = static_cast<T*>(out);
+  // Past the type's range the conversion would be undefined: saturate instead.
+  const double lo = static_cast<double>(std::numeric_limits<T>::lowest());
+  const double hi = static_cast<double>(std::numeric_limits<T>::max());
+  for (size_t i = 0; i < count; ++i) {
+    const double v = static_cast<double>(a[i]) * factor;
+    o[i] = v <= lo ? std::numeric_limits<T>::lowest()
+                   : (v >= hi ? std::numeric_limits<T>::max() : static_cast<T>(v));
+  }
+}
+
+}  // namespace
+
 void scale(DataType dtype, double factor, const void* in, void* out, size_t count) {
-  TESSERA_CHECK(is_floating(dtype), "scale() needs a floating dtype, got ", dtype_name(dtype));
   if (count == 0) return;
-  table().scale(dtype, factor, in, out, count);
+  switch (dtype) {
+    case DataType::kInt32:
+      return scale_integers<int32_t>(factor, in, out, count);
+    case DataType::kInt64:
+      return scale_integers<int64_t>(factor, in, out, count);
+    case DataType::kUInt8:
+      return scale_integers<uint8_t>(factor, in, out, count);
+    case DataType::kInt8:
+      return scale_integers<int8_t>(factor, in, out, count);
+    case DataType::kInt16:
+      return scale_integers<int16_t>(factor, in, out, count);
+    default:
+      table().scale(dtype, factor, in, out, count);
+  }
 }
 
 const char* reduce_isa() { return table().name; }
@@ -73,6 +106,7 @@ void fill_typed(ReduceOp op, void* out, size_t count) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
     case ReduceOp::kBitOr:
+    case ReduceOp::kAdasum:  // adasum(a, 0) = a
       v = T(0);
       break;
     case ReduceOp::kProduct:
@@ -101,6 +135,7 @@ void fill_half(ReduceOp op, bool bf16, void* out, size_t count) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
     case ReduceOp::kBitOr:
+    case ReduceOp::kAdasum:
       v = 0;
       break;
     case ReduceOp::kProduct:

@@ -16,7 +16,9 @@ namespace tessera {
 // division happens once, in scale(), by whoever finishes the sum.
 void reduce(DataType dtype, ReduceOp op, const void* a, const void* b, void* out, size_t count);
 
-// out[i] = in[i] * factor, computed in the widened type. Floating dtypes only. out may alias in.
+// out[i] = in[i] * factor, computed in the widened type; out may alias in. Integer dtypes are
+// scaled in double and truncated toward zero (saturating at the type's range), as Horovod
+// scales integer tensors on the CPU: Average over 2 ranks of a sum of 5 is 2, of -5 is -2.
 void scale(DataType dtype, double factor, const void* in, void* out, size_t count);
 
 // The instruction set the dispatcher chose: "avx512", "avx2" or "baseline".

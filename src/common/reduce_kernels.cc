@@ -164,6 +164,8 @@ void reduce(DataType dtype, ReduceOp op, const void* a, const void* b, void* out
       return dispatch_integer<BitAnd>(dtype, a, b, out, count);
     case ReduceOp::kBitOr:
       return dispatch_integer<BitOr>(dtype, a, b, out, count);
+    case ReduceOp::kAdasum:
+      return;  // not elementwise: the dispatcher refuses it (common/reduce.cc)
   }
 }
 

@@ -21,6 +21,24 @@ void copy_scaled(DataType dtype, double factor, const void* in, void* out, size_
 
 }  // namespace
 
+// As an allreduce: the prescale on a copy of the input (the caller's stays as it was), an
+// average as the sum scaled after it, so that integer tensors average as Horovod's do.
+void Engine::Impl::run_reduce_scatter(Pending& p, size_t block) {
+  const TensorSpec& s = p.req.spec;
+  const void* in = p.req.input;
+  std::vector<char> scaled;
+  if (s.prescale != 1.0) {
+    scaled.resize(s.bytes());
+    scale(s.dtype, s.prescale, in, scaled.data(), s.elements());
+    in = scaled.data();
+  }
+  const bool average = s.reduce_op == ReduceOp::kAverage;
+  comm::reduce_scatter(*comm, in, p.req.output, block, s.dtype,
+                       average ? ReduceOp::kSum : s.reduce_op);
+  const double post = s.postscale * (average ? 1.0 / comm->size() : 1.0);
+  if (post != 1.0) scale(s.dtype, post, p.req.output, p.req.output, block);
+}
+
 // One trace event per tensor of the batch for `phase`, from `begin` to now.
 void Engine::Impl::trace_batch(const std::vector<Pending*>& items, const char* phase,
                                Clock::time_point begin, size_t bytes) {
@@ -56,7 +74,7 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
       comm::broadcast(*comm, r.output, r.spec.elements(), r.spec.dtype, r.spec.root);
       return trace_batch(items, "BROADCAST", start, r.spec.bytes());
     case OpType::kReduceScatter:
-      comm::reduce_scatter(*comm, r.input, r.output, block, r.spec.dtype, r.spec.reduce_op);
+      run_reduce_scatter(*items.front(), block);
       return trace_batch(items, "REDUCE_SCATTER", start, r.spec.bytes());
     case OpType::kJoin:
       return;  // every rank has joined: nothing moves
@@ -71,6 +89,7 @@ void Engine::Impl::run_batch(const std::vector<Pending*>& items) {
 // add only the identity.
 void Engine::Impl::run_allreduce(const std::vector<Pending*>& items) {
   const TensorSpec& lead = items.front()->req.spec;
+  if (lead.reduce_op == ReduceOp::kAdasum) return run_adasum(items);
   const size_t esize = dtype_size(lead.dtype);
   const bool average = lead.reduce_op == ReduceOp::kAverage;
   auto out_factor_of = [&](const Pending* p) {
@@ -116,6 +135,33 @@ void Engine::Impl::run_allreduce(const std::vector<Pending*>& items) {
     off += bytes;
   }
   trace_batch(items, "MEMCPY_OUT_FUSION_BUFFER", t, 0);
+}
+
+// Adasum over the batch packed in the fusion buffer (the prescale folded into the copy in, the
+// postscale into the copy out); each tensor keeps its own coefficients.
+void Engine::Impl::run_adasum(const std::vector<Pending*>& items) {
+  const TensorSpec& lead = items.front()->req.spec;
+  size_t total = 0;
+  std::vector<size_t> counts;
+  for (Pending* p : items) {
+    total += p->req.spec.bytes();
+    counts.push_back(p->req.spec.elements());
+  }
+  if (fusion.size() < total) fusion.resize(total);
+  size_t off = 0;
+  for (Pending* p : items) {
+    copy_scaled(lead.dtype, lead.prescale, p->req.input, fusion.data() + off, p->req.spec.bytes());
+    off += p->req.spec.bytes();
+  }
+  const auto t = Clock::now();
+  comm::adasum_allreduce(*comm, fusion.data(), counts, lead.dtype);
+  trace_batch(items, "ADASUM_ALLREDUCE", t, total);
+  off = 0;
+  for (Pending* p : items) {
+    copy_scaled(lead.dtype, lead.postscale, fusion.data() + off, p->req.output,
+                p->req.spec.bytes());
+    off += p->req.spec.bytes();
+  }
 }
 
 // Ranks may differ in the first dimension: every rank's row count, over the set's communicator.

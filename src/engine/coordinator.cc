@@ -10,6 +10,31 @@ namespace {
 // The same wording as every other rank list in tessera's messages.
 std::string join_ranks(const std::vector<int>& ranks) { return rank_list(ranks); }
 
+// "" unless some rank refused `name`: then why, naming the ranks that refused (with the first
+// one's reason) and those that enqueued it, the same text on every rank.
+std::string refusal_error(const std::string& name,
+                          const std::vector<std::optional<TensorSpec>>& by_rank) {
+  std::vector<int> refused, enqueued;
+  const TensorSpec* first = nullptr;
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    if (!by_rank[r]) continue;
+    const bool refusal = !by_rank[r]->refusal.empty();
+    (refusal ? refused : enqueued).push_back(static_cast<int>(r));
+    if (refusal && first == nullptr) first = &*by_rank[r];
+  }
+  if (refused.empty()) return "";
+  std::string out = "collective '" + name +
+                    "' failed: " + (refused.size() == 1 ? "rank " : "ranks ") +
+                    join_ranks(refused) +
+                    (refused.size() == 1 ? " refused its arguments" : " refused their arguments") +
+                    " (rank " + std::to_string(refused.front()) + ": " + first->refusal + ")";
+  if (!enqueued.empty()) {
+    out += "; " + std::string(enqueued.size() == 1 ? "rank " : "ranks ") + join_ranks(enqueued) +
+           " enqueued it";
+  }
+  return out;
+}
+
 }  // namespace
 
 int last_to_arrive(const std::vector<uint64_t>& cycle_by_rank) {
@@ -64,6 +89,7 @@ std::vector<Coordinator::Decision> Coordinator::take_complete() {
     d.name = name;
     d.spec = *e.by_rank[static_cast<size_t>(first)];
     d.cycle_by_rank = e.cycle_by_rank;
+    d.error = refusal_error(name, e.by_rank);
     for (int r = first + 1; r < ranks_ && d.error.empty(); ++r) {
       if (!e.by_rank[static_cast<size_t>(r)]) continue;
       const std::string diff = spec_difference(d.spec, *e.by_rank[static_cast<size_t>(r)]);
@@ -106,6 +132,14 @@ std::vector<Coordinator::Stall> Coordinator::stalls(double older_than_s, Clock::
     for (int q = 0; q < ranks_; ++q) {
       (e.by_rank[static_cast<size_t>(q)] ? s.present : s.missing).push_back(q);
     }
+    for (int q : s.missing) {
+      for (auto other = order_.rbegin(); other != order_.rend(); ++other) {
+        if (*other != name && entries_.at(*other).by_rank[static_cast<size_t>(q)]) {
+          s.missing_waits_on.emplace_back(q, *other);
+          break;
+        }
+      }
+    }
     s.first_report = !e.reported;
     e.reported = true;
     out.push_back(std::move(s));
@@ -114,9 +148,13 @@ std::vector<Coordinator::Stall> Coordinator::stalls(double older_than_s, Clock::
 }
 
 std::string Coordinator::Stall::report() const {
-  return detail::concat("stall: collective '", name, "' has waited ",
-                        static_cast<int>(waited_s * 10) / 10.0, " s; ranks ", join_ranks(present),
-                        " enqueued it, ranks ", join_ranks(missing), " have not");
+  std::string out = detail::concat(
+      "stall: collective '", name, "' has waited ", static_cast<int>(waited_s * 10) / 10.0,
+      " s; ranks ", join_ranks(present), " enqueued it, ranks ", join_ranks(missing), " have not");
+  for (const auto& w : missing_waits_on) {
+    out += "; rank " + std::to_string(w.first) + " waits on '" + w.second + "' instead";
+  }
+  return out;
 }
 
 }  // namespace engine

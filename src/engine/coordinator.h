@@ -49,6 +49,9 @@ class Coordinator {
     std::string name;
     double waited_s = 0;
     std::vector<int> present, missing;
+    // For each missing rank that has other names pending here: the newest of them (what it
+    // waits on instead: a name that differs between ranks shows up on both sides).
+    std::vector<std::pair<int, std::string>> missing_waits_on;
     bool first_report = false;  // true the first time this name is reported
     std::string report() const;
   };

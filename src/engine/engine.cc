@@ -27,6 +27,8 @@ Engine::Engine(comm::Communicator& c, const EngineOptions& options)
                 options.tunables.cycle_time_ms);
   sets_.push_back(std::make_unique<Impl>(c, options));
   removed_.push_back(false);
+  members_.emplace_back();
+  for (int r = 0; r < base_->size(); ++r) members_.back().push_back(r);
   if (!options.timeline.empty() && sets_[0]->comm->rank() == 0) {
     sets_[0]->timeline.start(options.timeline);
   }
@@ -77,6 +79,14 @@ Engine::Impl& Engine::set_for(int id) const {
 int Engine::process_set_rank(int id) const { return set_for(id).comm->rank(); }
 int Engine::process_set_size(int id) const { return set_for(id).comm->size(); }
 
+std::vector<int> Engine::process_set_ranks(int id) const {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  const size_t i = static_cast<size_t>(id);
+  TESSERA_CHECK(id >= 0 && i < members_.size() && !removed_[i], "process set ", id,
+                " does not exist or was removed");
+  return members_[i];
+}
+
 bool Engine::in_process_set(int id) const {
   std::lock_guard<std::mutex> lock(sets_mu_);
   const size_t i = static_cast<size_t>(id);
@@ -125,6 +135,7 @@ int Engine::add_process_set(std::vector<int> ranks) {
   std::lock_guard<std::mutex> lock(sets_mu_);
   const int id = static_cast<int>(sets_.size());
   removed_.push_back(false);
+  members_.push_back(ranks);
   if (member) {
     auto impl = std::make_unique<Impl>(*sub, options_);
     impl->set_id = id;
@@ -294,6 +305,18 @@ Handle Engine::enqueue(Request request) {
 
 namespace {
 
+// Horovod's limits on Adasum for CPU tensors (horovod/torch/mpi_ops.py): an allreduce, on a
+// power-of-two number of ranks. Device tensors: not implemented here yet.
+void check_adasum(const Request& r, int n) {
+  const TensorSpec& s = r.spec;
+  TESSERA_CHECK(s.op == OpType::kAllreduce, "'", s.name, "': Adasum is an allreduce op, not a ",
+                op_type_name(s.op), " one");
+  TESSERA_CHECK(n > 0 && (n & (n - 1)) == 0, "'", s.name,
+                "': Adasum needs a power-of-two number of ranks (as Horovod's); the set has ", n);
+  TESSERA_CHECK(s.device == gpu::DeviceType::kCpu, "'", s.name,
+                "': Adasum takes CPU tensors (GPU tensors: move them to the CPU, or use Average)");
+}
+
 // Throws InvalidArgument naming the tensor when `r` cannot run on a set of `n` ranks.
 void check_request(const Request& r, int n) {
   const TensorSpec& s = r.spec;
@@ -307,13 +330,15 @@ void check_request(const Request& r, int n) {
   const bool needs_output = s.op != OpType::kAllgather;
   TESSERA_CHECK(!needs_output || r.output != nullptr || elements == 0, "'", s.name,
                 "': the output buffer is null but the tensor has ", elements, " elements");
-  if (s.op == OpType::kAllreduce || s.op == OpType::kReduceScatter) {
+  // Average and scale factors on integer tensors are Horovod's: the sum scaled in double and
+  // truncated toward zero (common/reduce.h), so only the bitwise ops are checked here.
+  if ((s.op == OpType::kAllreduce || s.op == OpType::kReduceScatter) &&
+      s.reduce_op != ReduceOp::kAverage) {
     check_op_supported(s.dtype, s.reduce_op);
   }
+  if (s.reduce_op == ReduceOp::kAdasum) check_adasum(r, n);
   TESSERA_CHECK(std::isfinite(s.prescale) && std::isfinite(s.postscale), "'", s.name,
                 "': scale factors must be finite numbers, got ", s.prescale, " and ", s.postscale);
-  TESSERA_CHECK(is_floating(s.dtype) || (s.prescale == 1.0 && s.postscale == 1.0), "'", s.name,
-                "': scale factors need a floating dtype, not ", dtype_name(s.dtype));
   if (s.op == OpType::kReduceScatter || s.op == OpType::kAlltoall) {
     TESSERA_CHECK(!s.shape.empty() && s.shape[0] % n == 0, "'", s.name, "': ", op_type_name(s.op),
                   " needs a first dimension divisible by the ", n, " ranks");
@@ -388,6 +413,32 @@ std::vector<Handle> Engine::enqueue_group_impl(std::vector<Request> requests, bo
   }
   m.cv.notify_all();
   return handles;
+}
+
+void Engine::refuse(const std::string& name, int process_set, const std::string& reason) noexcept {
+  // The reason travels to every rank: a few lines are enough to say what was wrong.
+  constexpr size_t kMaxReason = 2000;
+  try {
+    if (name.empty() || !in_process_set(process_set)) return;
+    Impl& m = set_for(process_set);
+    Impl::Pending p;
+    p.req.spec.name = name;
+    p.req.spec.process_set = process_set;
+    p.req.spec.refusal =
+        reason.empty() ? std::string("no reason given") : reason.substr(0, kMaxReason);
+    p.handle = std::make_shared<HandleState>();  // nobody waits on it; complete() finishes it
+    p.handle->name = name;
+    p.enqueued = Impl::Clock::now();
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      if (m.shutdown_requested || m.stopped || m.names_in_flight.count(name) != 0) return;
+      m.names_in_flight[name] = 1;
+      m.queue.push_back(std::move(p));
+    }
+    m.cv.notify_all();
+  } catch (...) {
+    // Refusing is already an error path; the caller raises its own error.
+  }
 }
 
 Request make_request(const std::string& name, OpType op, DataType dtype, std::vector<int64_t> shape,

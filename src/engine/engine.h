@@ -103,6 +103,13 @@ class Engine {
   std::vector<Handle> enqueue_group(std::vector<Request> requests);
   Handle enqueue(Request request);
 
+  // This rank refuses the collective `name` of set `process_set` (its arguments failed a local
+  // check, `reason`): the ranks that enqueued `name` fail it within a cycle, naming this rank
+  // and the reason, and the engine goes on. Does nothing when `name` is in flight here (a
+  // duplicate: the first stays), the set is not this rank's, or the engine is shut down.
+  // Never throws.
+  void refuse(const std::string& name, int process_set, const std::string& reason) noexcept;
+
   // Asks every rank to shut down: pending handles on every rank fail with "shut down because
   // <reason> (rank R)". Returns at once; later enqueues throw.
   void shutdown(const std::string& reason);
@@ -160,6 +167,9 @@ class Engine {
   // does not exist, was removed, or does not include this rank.
   int process_set_rank(int id) const;
   int process_set_size(int id) const;
+  // The set's members as ranks of the whole engine, ascending (a member's rank in the set is
+  // its index here). Throws InvalidArgument for an unknown or removed id; works on non-members.
+  std::vector<int> process_set_ranks(int id) const;
   // Whether this rank belongs to set `id` (false for a removed or unknown id).
   bool in_process_set(int id) const;
 
@@ -189,6 +199,7 @@ class Engine {
   mutable std::mutex sets_mu_;
   std::vector<std::unique_ptr<Impl>> sets_;  // by id; nullptr where this rank is no member
   std::vector<bool> removed_;                // by id: remove_process_set was called
+  std::vector<std::vector<int>> members_;    // by id: the set's ranks, ascending
   gpu::Device* device_ = nullptr;            // set_device's; sets made later get it too
   uint64_t tunables_calls_ = 0;              // names each set_tunables broadcast
   int activity_id_ = -1;                     // the reporter of in-flight work (common/activity.h)

@@ -334,7 +334,9 @@ void Engine::Impl::finish_shutdown(const std::vector<std::pair<int, std::string>
   fail_all(std::make_exception_ptr(Error(final_error)));
 }
 
-// Groups wait until every member passed; everything else runs in the agreed order.
+// Groups wait until every member passed; everything else runs in the agreed order. A member
+// that failed (a mismatch, a refusal) fails the whole group, the held members with it, so no
+// member waits for one that will never run. The same on every rank: the decisions are.
 std::vector<Engine::Impl::Ready> Engine::Impl::release_groups(const std::vector<Ready>& ready) {
   const auto agreed = Clock::now();
   std::vector<Ready> runnable;
@@ -343,16 +345,26 @@ std::vector<Engine::Impl::Ready> Engine::Impl::release_groups(const std::vector<
     Pending& p = *r.pending;
     p.agreed = agreed;
     if (tracing) timeline.event(p.req.spec.name, "NEGOTIATE", p.enqueued, agreed, p.negotiate_args);
-    if (p.req.spec.group < 0 || !r.error.empty()) {
+    if (p.req.spec.group < 0) {
       runnable.push_back(r);
       continue;
     }
-    std::vector<Pending*>& members = held_groups[p.req.spec.group];
-    members.push_back(&p);
-    if (static_cast<int>(members.size()) == p.req.spec.group_size) {
-      for (Pending* m : members) runnable.push_back({m, ""});
-      held_groups.erase(p.req.spec.group);
+    HeldGroup& g = held_groups[p.req.spec.group];
+    ++g.seen;
+    if (g.error.empty() && !r.error.empty()) {
+      g.error = r.error;
+      for (Pending* m : g.passed) runnable.push_back({m, "group failed: " + g.error});
+      g.passed.clear();
     }
+    if (!g.error.empty()) {
+      runnable.push_back({&p, r.error.empty() ? "group failed: " + g.error : r.error});
+    } else {
+      g.passed.push_back(&p);
+      if (static_cast<int>(g.passed.size()) == p.req.spec.group_size) {
+        for (Pending* m : g.passed) runnable.push_back({m, ""});
+      }
+    }
+    if (g.seen >= p.req.spec.group_size) held_groups.erase(p.req.spec.group);
   }
   return runnable;
 }

@@ -106,7 +106,14 @@ struct Engine::Impl {
   // Engine thread only.
   std::map<std::string, Pending> pending;
   Coordinator coordinator;
-  std::map<int, std::vector<Pending*>> held_groups;  // agreed members waiting for the rest
+  // Groups whose members are being agreed: those that passed wait for the rest; once one
+  // member fails, the group's error fails the held ones and every later one.
+  struct HeldGroup {
+    std::vector<Pending*> passed;
+    int seen = 0;
+    std::string error;
+  };
+  std::map<int, HeldGroup> held_groups;
   std::vector<char> fusion;
   uint64_t cycle_index = 0;   // identical on every rank: cycles run in lockstep
   double idle_wait_ms = 1.0;  // the wait before the next cycle: longer while all are idle
@@ -139,7 +146,9 @@ struct Engine::Impl {
   // One fused batch (batch.cc).
   void run_batch(const std::vector<Pending*>& items);
   void run_allreduce(const std::vector<Pending*>& items);
+  void run_adasum(const std::vector<Pending*>& items);
   void run_allgather(Pending& p);
+  void run_reduce_scatter(Pending& p, size_t block);
   struct GatherCounts {
     std::vector<size_t> counts;  // elements from each rank
     size_t total = 0;

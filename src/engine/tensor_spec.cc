@@ -50,6 +50,13 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 std::string spec_difference(const TensorSpec& a, const TensorSpec& b) {
   if (a.name != b.name) return "name '" + a.name + "' vs '" + b.name + "'";
+  // A refusal never matches a collective, so it is never a cache hit and always meets the
+  // coordinator, which reports it as such (Coordinator::take_complete).
+  if (a.refusal != b.refusal) {
+    return a.refusal.empty() || b.refusal.empty()
+               ? "a rank refused its arguments"
+               : "refusal '" + a.refusal + "' vs '" + b.refusal + "'";
+  }
   if (a.op != b.op) return std::string("op ") + op_type_name(a.op) + " vs " + op_type_name(b.op);
   if (a.dtype != b.dtype)
     return std::string("dtype ") + dtype_name(a.dtype) + " vs " + dtype_name(b.dtype);

@@ -43,6 +43,10 @@ struct TensorSpec {
   // Where input and output live (set by the engine from Request::device): ranks must agree,
   // since a host buffer on one rank and a device buffer on another take different paths.
   gpu::DeviceType device = gpu::DeviceType::kCpu;
+  // Non-empty: this rank refused its arguments for this name (why, in its words). A refusal
+  // carries no data: it lets the coordinator fail the name on every rank that enqueued it
+  // within a cycle, instead of the others stalling on a rank that will never send it.
+  std::string refusal;
 
   // Elements and bytes of this rank's input.
   size_t elements() const;

@@ -9,7 +9,7 @@ namespace tessera {
 namespace engine {
 namespace {
 
-constexpr uint8_t kVersion = 2;  // 2: TensorSpec::device
+constexpr uint8_t kVersion = 3;  // 2: TensorSpec::device; 3: TensorSpec::refusal
 constexpr uint32_t kMaxNameBytes = 1 << 16;
 constexpr uint32_t kMaxDims = 64;
 
@@ -95,6 +95,7 @@ std::string encode_specs(const std::vector<TensorSpec>& specs) {
     w.put<int32_t>(s.group_size);
     w.put<int32_t>(s.process_set);
     w.put<uint8_t>(static_cast<uint8_t>(s.device));
+    w.put_string(s.refusal);
   }
   return w.take();
 }
@@ -110,7 +111,7 @@ std::vector<TensorSpec> decode_specs(const char* data, size_t size) {
     s.name = r.get_string("name", kMaxNameBytes);
     s.op = get_enum<OpType>(r, "op", static_cast<int>(OpType::kJoin));
     s.dtype = get_enum<DataType>(r, "dtype", static_cast<int>(kLastDataType));
-    s.reduce_op = get_enum<ReduceOp>(r, "reduce op", static_cast<int>(ReduceOp::kBitOr));
+    s.reduce_op = get_enum<ReduceOp>(r, "reduce op", static_cast<int>(ReduceOp::kAdasum));
     const uint32_t dims = r.get<uint32_t>("rank of shape");
     if (dims > kMaxDims) r.fail("rank of shape", std::to_string(dims) + " dimensions");
     for (uint32_t d = 0; d < dims; ++d) {
@@ -129,6 +130,7 @@ std::vector<TensorSpec> decode_specs(const char* data, size_t size) {
     s.group_size = r.get<int32_t>("group size");
     s.process_set = r.get<int32_t>("process set");
     s.device = get_enum<gpu::DeviceType>(r, "device", static_cast<int>(gpu::DeviceType::kCuda));
+    s.refusal = r.get_string("refusal", kMaxNameBytes);
     specs.push_back(std::move(s));
   }
   if (!r.done()) r.fail("end", "trailing bytes after " + std::to_string(n) + " specs");

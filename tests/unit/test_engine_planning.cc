@@ -245,12 +245,14 @@ TEST(Wire, RoundTripsEveryField) {
   a.group = 17;
   a.group_size = 5;
   a.process_set = 2;
+  a.refusal = "dtype bool is not accepted";
   const TensorSpec b = spec("", {});
   const std::string bytes = encode_specs({a, b});
   const auto back = decode_specs(bytes.data(), bytes.size());
   ASSERT_EQ(back.size(), 2u);
   EXPECT_EQ(spec_difference(back[0], a), "");
   EXPECT_EQ(back[0].process_set, 2);
+  EXPECT_EQ(back[0].refusal, a.refusal);
   EXPECT_EQ(spec_difference(back[1], b), "");
   EXPECT_TRUE(decode_specs(encode_specs({}).data(), encode_specs({}).size()).empty());
 }
@@ -342,6 +344,48 @@ TEST(Coordinator, StallsNameWhoIsMissingAndReportOnce) {
   s = c.stalls(5.0, t0 + std::chrono::seconds(7));
   ASSERT_EQ(s.size(), 1u);
   EXPECT_FALSE(s[0].first_report);
+}
+
+TEST(Coordinator, AStallNamesWhatTheMissingRanksWaitOnInstead) {
+  // Two ranks whose automatic names diverged: each waits on its own name; each report says
+  // what the missing rank waits on.
+  const auto t0 = Coordinator::Clock::now();
+  Coordinator c(2);
+  c.add(0, spec("allgather.set0.noname.5"), 0, t0);
+  c.add(1, spec("allgather.set0.noname.4"), 0, t0);
+  const auto s = c.stalls(60.0, t0 + std::chrono::seconds(61));
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].report(),
+            "stall: collective 'allgather.set0.noname.5' has waited 61 s; ranks 0 enqueued it, "
+            "ranks 1 have not; rank 1 waits on 'allgather.set0.noname.4' instead");
+  EXPECT_EQ(s[1].missing_waits_on,
+            (std::vector<std::pair<int, std::string>>{{0, "allgather.set0.noname.5"}}));
+}
+
+TEST(Coordinator, ARefusalFailsTheNameOnEveryRankNamingTheRefusingRanks) {
+  const auto t = Coordinator::Clock::now();
+  Coordinator c(3);
+  TensorSpec refused = spec("x");
+  refused.refusal = "bool tensors are not accepted";
+  c.add(0, spec("x"), 0, t);
+  c.add(2, spec("x"), 0, t);
+  EXPECT_TRUE(c.take_complete().empty());
+  c.add(1, refused, 1, t);
+  const auto d = c.take_complete();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].error,
+            "collective 'x' failed: rank 1 refused its arguments (rank 1: bool tensors are not "
+            "accepted); ranks 0, 2 enqueued it");
+  // Every rank refusing (the same bad call everywhere) completes the name too, so nothing is
+  // left to stall; and a refusal never equals a spec (no cache hit).
+  for (int q = 0; q < 3; ++q) c.add(q, refused, 2, t);
+  const auto all = c.take_complete();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].error.find("collective 'x' failed: ranks 0, 1, 2 refused their arguments"), 0u)
+      << all[0].error;
+  EXPECT_EQ(c.pending(), 0u);
+  EXPECT_EQ(spec_difference(refused, spec("x")), "a rank refused its arguments");
+  EXPECT_EQ(spec_difference(refused, refused), "");
 }
 
 }  // namespace

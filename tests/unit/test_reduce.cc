@@ -109,15 +109,30 @@ TEST(Reduce, HalfTypesAccumulateInF32AndRoundToNearestEven) {
   }
 }
 
-TEST(Reduce, ScaleFloatsAndRefuseIntegers) {
+TEST(Reduce, ScaleFloatsAndTruncateIntegersAsHorovod) {
   std::vector<float> v = {2, 4, 6};
   scale(DataType::kFloat32, 0.5, v.data(), v.data(), 3);
   EXPECT_EQ(v, (std::vector<float>{1, 2, 3}));
   std::vector<uint16_t> h = {float_to_f16(3.0f)};
   scale(DataType::kFloat16, 1.0 / 3.0, h.data(), h.data(), 1);
   EXPECT_EQ(f16_to_float(h[0]), 1.0f);
-  int32_t i = 4;
-  EXPECT_THROW(scale(DataType::kInt32, 0.5, &i, &i, 1), InvalidArgument);
+  // Integers: scaled in double and truncated toward zero (Horovod's ScaleBufferCPUImpl),
+  // saturating at the type's range rather than overflowing.
+  std::vector<int32_t> i = {5, -5, 7, 1, 2000000000};
+  scale(DataType::kInt32, 0.5, i.data(), i.data(), i.size());
+  EXPECT_EQ(i, (std::vector<int32_t>{2, -2, 3, 0, 1000000000}));
+  std::vector<int64_t> l = {3, -7};
+  scale(DataType::kInt64, 1.0 / 3.0, l.data(), l.data(), 2);
+  EXPECT_EQ(l, (std::vector<int64_t>{1, -2}));
+  std::vector<uint8_t> u = {200, 3};
+  scale(DataType::kUInt8, 2.0, u.data(), u.data(), 2);
+  EXPECT_EQ(u, (std::vector<uint8_t>{255, 6}));
+  std::vector<int8_t> b = {-100, 9};
+  scale(DataType::kInt8, 2.0, b.data(), b.data(), 2);
+  EXPECT_EQ(b, (std::vector<int8_t>{-128, 18}));
+  std::vector<int16_t> w = {-3};
+  scale(DataType::kInt16, 0.5, w.data(), w.data(), 1);
+  EXPECT_EQ(w, (std::vector<int16_t>{-1}));
 }
 
 TEST(Reduce, DispatchPicksAKnownIsa) {
