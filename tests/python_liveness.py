@@ -3,7 +3,9 @@ that the whole job ends, quickly, with the message that names the cause.
   interrupt: rank 0 gets SIGINT while it waits in an allreduce the others never join; the
              KeyboardInterrupt leaves its wait, the process exits and the others, waiting in
              their own collective, are told and end.
-  kill:      rank 1 is killed (SIGKILL) while the others wait for it in an allreduce."""
+  kill:      rank 1 is killed (SIGKILL) while the others wait for it in an allreduce.
+  caught:    the same, but the survivors' training loop catches HorovodInternalError (what an
+             elastic wrapper does) and says so; the process still ends after the window."""
 import os
 import signal
 import sys
@@ -29,4 +31,16 @@ elif scenario == "kill":
         time.sleep(1.0)
         os.kill(os.getpid(), signal.SIGKILL)
     hvd.allreduce(torch.ones(1), name="waits.for.rank1")
+elif scenario == "caught":
+    if rank == 1:
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        for step in range(100000):
+            hvd.allreduce(torch.ones(1), name=f"step.{step}")
+    except hvd.HorovodInternalError as e:
+        print(f"rank {rank} caught HorovodInternalError after "
+              f"{time.monotonic() - start:.1f} s: {e}", flush=True)
+        time.sleep(30)  # the liveness window ends the process, caught or not
 print(f"rank {rank}: returned normally, which it must not", flush=True)

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Ctrl-C and a dead rank end every process of a tessera.torch job within the heartbeat time
-# (TESSERA_HEARTBEAT_TIMEOUT=3 here), with a message naming the cause: never a hang.
+# (TESSERA_HEARTBEAT_TIMEOUT=3 here), with a message naming the cause: never a hang. A dead
+# rank is first a HorovodInternalError in the survivors' loops ("caught").
 set -uo pipefail
 DIR=$1
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$DIR"
 PY=${TEST_PYTHON:-/usr/bin/python3}  # the interpreter the build is for
 export TESSERA_HEARTBEAT_TIMEOUT=3 TESSERA_TIMEOUT=60
-for scenario in interrupt kill; do
+for scenario in interrupt kill caught; do
   start=$(date +%s%N)
   timeout 60 mpirun --oversubscribe --bind-to none -np 3 "$PY" \
     "$SRC/tests/python_liveness.py" "$scenario" > "$DIR/$scenario.log" 2>&1
@@ -25,4 +26,9 @@ done
 grep -q "KeyboardInterrupt" "$DIR/interrupt.log" || { cat "$DIR/interrupt.log"; exit 1; }
 grep -q "rank 0" "$DIR/interrupt.log" || { cat "$DIR/interrupt.log"; exit 1; }
 grep -q "rank 1" "$DIR/kill.log" || { cat "$DIR/kill.log"; exit 1; }
+# The survivors' loops caught the loss as HorovodInternalError, within the heartbeat time.
+for r in 0 2; do
+  grep -q "rank $r caught HorovodInternalError" "$DIR/caught.log" ||
+    { echo "FAIL: rank $r did not catch the loss"; cat "$DIR/caught.log"; exit 1; }
+done
 echo "liveness: both scenarios ended every rank"

@@ -8,10 +8,12 @@
 //   loss.backward();  opt.step();                      // gradients averaged over every rank
 //
 // Collectives are named: a name identifies the same tensor on every rank, so ranks may
-// enqueue in different orders; an empty name takes the next of a per-process counter
-// ("allreduce.noname.N"), which agrees across ranks only when every rank issues the same
-// unnamed calls in the same order. A disagreement between ranks (dtype, shape, op, root)
-// fails on every rank with an InvalidArgument that names the tensor and the ranks.
+// enqueue in different orders; an empty name takes the next of a counter per kind and process
+// set ("allreduce.set0.noname.N"), which agrees across the set's ranks when they issue the same
+// unnamed calls of that kind in the same order. A disagreement between ranks (dtype, shape,
+// op, root) fails on every rank with an InvalidArgument that names the tensor and the ranks,
+// and the next collective works. An op whose arguments this rank refuses (a bad tensor, a root
+// outside the set) throws here and tells the other ranks, whose handles fail within a cycle.
 //
 // Tensors: CPU or CUDA, any strides (non-contiguous ones are copied), dtypes f32 f64 f16 bf16
 // i32 i64 u8; others are refused naming the accepted ones. A rank's CUDA tensors are all on one
@@ -34,16 +36,10 @@
 
 namespace tessera {
 
-namespace engine {
-class Engine;
-}
 namespace gpu {
 class Device;
 class Stream;
 }  // namespace gpu
-namespace comm {
-class Communicator;
-}
 
 // ---- the process ----
 
@@ -58,6 +54,11 @@ struct InitOptions {
   std::string config_file;
   // false: the environment is not a source (tests that must not see the caller's TESSERA_*).
   bool read_environment = true;
+  // true (the Python package): when another rank is lost, waits in progress and later calls
+  // throw tessera::Error with the liveness monitor's line (Horovod's HorovodInternalError, for
+  // an elastic wrapper to catch) for TESSERA_HEARTBEAT_TIMEOUT seconds before the process ends;
+  // false: it ends after a one-second grace.
+  bool raise_on_peer_loss = false;
   // Typed: options.set(engine::kFusionThreshold, size_t{0}) writes the setting's text.
   template <class Setting, class Value>
   InitOptions& set(const Setting& setting, const Value& value) {
@@ -84,6 +85,11 @@ void shutdown();
 // are told as well (comm/liveness.h), so no rank waits on this one.
 void shutdown(const std::string& error);
 bool is_initialized();
+// Whether this build has NCCL (its device collectives use it for GPU tensors where it can).
+bool nccl_built();
+// The liveness monitor's line once this rank is ending because another rank was lost or
+// failed (InitOptions::raise_on_peer_loss); "" before. Cheap: front ends poll it while waiting.
+std::string lost_peer_error();
 int rank();
 int size();
 // Rank within this node, and ranks on this node.
@@ -94,8 +100,18 @@ int local_size();
 int cross_rank();
 int cross_size();
 bool is_homogeneous();
-// The engine behind every call (for process sets, the timeline, stats). Throws if not init().
-engine::Engine& global_engine();
+// Horovod's process sets: collectives among a subset of the ranks, negotiated on their own.
+// add_process_set is collective over every rank (the same list everywhere) and returns the id
+// to pass as `process_set`; set 0 is every rank. remove_process_set: every member calls it.
+int add_process_set(std::vector<int> ranks);
+void remove_process_set(int id);
+// This rank's rank in set `id` and the set's size (InvalidArgument when this rank is no
+// member, or the set is unknown or removed); whether this rank is a member; the set's ranks,
+// ascending, as ranks of the whole job.
+int process_set_rank(int id);
+int process_set_size(int id);
+bool in_process_set(int id);
+std::vector<int> process_set_ranks(int id);
 // The settings every rank agreed on at init, by name (empty before init: every setting at its
 // default). Each layer parses its own from these with its declarations' get().
 SettingValues settings();
@@ -104,9 +120,12 @@ SettingValues settings();
 double timeout_s();
 // Every setting tessera declares, in docs/knobs.md's order.
 std::vector<SettingInfo> declared_settings();
-// A new communicator over every rank with the agreed settings, for a layer's own messages (the
-// data set's global shuffle). Collective. Throws if not init().
-std::unique_ptr<comm::Communicator> new_world_communicator();
+
+// One training step is done (DistributedOptimizer::step, C++ and Python alike): with
+// TESSERA_AUTOTUNE=1 the autotuner counts it, and between two such calls it may switch the
+// engine's settings on every rank at once. Collective in effect: every rank calls it once per
+// step. Nothing happens without the autotuner.
+void step_done();
 
 // The engine's Chrome trace (TESSERA_TIMELINE starts it on rank 0 at init): start, stop,
 // whether this rank writes one, and a span of the caller's own on row `row` (the trainer's
@@ -148,7 +167,8 @@ class TensorHandle {
 torch::Tensor synchronize(TensorHandle& handle);
 
 // Allreduce with op (default: average over the ranks); prescale / postscale multiply the
-// input before and the result after the reduction (floating dtypes only).
+// input before and the result after the reduction. Integer tensors, as Horovod's on the CPU:
+// Average and the factors scale in double and truncate toward zero (5 over 2 ranks: 2).
 TensorHandle allreduce_async(const torch::Tensor& tensor, const std::string& name = "",
                              ReduceOp op = ReduceOp::kAverage, double prescale = 1.0,
                              double postscale = 1.0, int process_set = 0);
@@ -181,7 +201,8 @@ TensorHandle allgather_async(const torch::Tensor& tensor, const std::string& nam
                              int process_set = 0);
 torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name = "",
                         int process_set = 0);
-// Returns root's tensor on every rank; broadcast_ writes it into `tensor`.
+// Returns root's tensor on every rank; broadcast_ writes it into `tensor`. `root` is a rank of
+// the whole job, also on a process set (Horovod's root_rank); one outside the set is refused.
 TensorHandle broadcast_async(const torch::Tensor& tensor, int root, const std::string& name = "",
                              int process_set = 0);
 torch::Tensor broadcast(const torch::Tensor& tensor, int root, const std::string& name = "",
@@ -199,14 +220,17 @@ torch::Tensor alltoall(const torch::Tensor& tensor, const std::string& name = ""
                        int process_set = 0);
 
 // Dimension 0 (divisible by the number of ranks) is cut into size() blocks; rank j receives
-// block j reduced over the ranks (sum, average, min, max, product).
+// block j reduced over the ranks (sum, average, min, max, product). prescale / postscale as for
+// allreduce (integer tensors: scaled in double, truncated toward zero, as Horovod's).
 TensorHandle reducescatter_async(const torch::Tensor& tensor, const std::string& name = "",
-                                 ReduceOp op = ReduceOp::kAverage, int process_set = 0);
+                                 ReduceOp op = ReduceOp::kAverage, int process_set = 0,
+                                 double prescale = 1.0, double postscale = 1.0);
 // The same for several tensors as one group (names `name`.0, .1, ...).
 std::vector<TensorHandle> grouped_reducescatter_async(const std::vector<torch::Tensor>& tensors,
                                                       const std::string& name = "",
                                                       ReduceOp op = ReduceOp::kAverage,
-                                                      int process_set = 0);
+                                                      int process_set = 0, double prescale = 1.0,
+                                                      double postscale = 1.0);
 
 // Root's bytes on every rank (any length; the others pass anything, e.g. ""). Collective.
 std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name);

@@ -9,12 +9,14 @@
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/error.h"
-#include "engine/engine.h"
 #include "tessera/torch.h"
+#include "torch/op_policy.h"
 
 namespace py = pybind11;
 
@@ -35,6 +37,10 @@ void wait_interruptibly(const TensorHandle& h) {
     }
     if (done) return;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    // Another rank was lost: raise it here (HorovodInternalError) rather than wait for a
+    // collective that cannot finish; the liveness monitor ends the process after its window.
+    const std::string lost = lost_peer_error();
+    if (!lost.empty()) throw Error(lost);
   }
 }
 
@@ -45,7 +51,9 @@ torch::Tensor wait_handle(TensorHandle& h) {
 }
 
 ReduceOp to_op(int op) {
-  TESSERA_CHECK(op >= 0 && op <= static_cast<int>(ReduceOp::kProduct), "unknown reduce op ", op);
+  TESSERA_CHECK((op >= 0 && op <= static_cast<int>(ReduceOp::kProduct)) ||
+                    op == static_cast<int>(ReduceOp::kAdasum),
+                "unknown reduce op ", op);
   return static_cast<ReduceOp>(op);
 }
 
@@ -54,6 +62,7 @@ void bind_process(py::module_& m) {
       "init",
       [](const std::map<std::string, std::string>& settings, const std::string& config_file) {
         InitOptions o;
+        o.raise_on_peer_loss = true;  // a lost rank is HorovodInternalError in the loop first
         for (const auto& kv : settings) o.settings[kv.first] = kv.second;
         o.config_file = config_file;
         py::gil_scoped_release release;
@@ -71,6 +80,7 @@ void bind_process(py::module_& m) {
   m.def("cross_rank", &cross_rank);
   m.def("cross_size", &cross_size);
   m.def("is_homogeneous", &is_homogeneous);
+  m.def("step_done", &step_done, py::call_guard<py::gil_scoped_release>());
   m.def("start_timeline", [](const std::string& path) { start_timeline(path); });
   m.def("stop_timeline", [] { stop_timeline(); });
   m.def("settings", [] {
@@ -78,19 +88,51 @@ void bind_process(py::module_& m) {
     for (const auto& kv : settings()) out[kv.first] = kv.second;
     return out;
   });
-  m.def(
-      "add_process_set",
-      [](const std::vector<int>& ranks) { return global_engine().add_process_set(ranks); },
-      py::call_guard<py::gil_scoped_release>());
-  m.def(
-      "remove_process_set", [](int id) { global_engine().remove_process_set(id); },
-      py::call_guard<py::gil_scoped_release>());
-  m.def("process_set_rank", [](int id) { return global_engine().process_set_rank(id); });
-  m.def("process_set_size", [](int id) { return global_engine().process_set_size(id); });
-  m.def("in_process_set", [](int id) { return global_engine().in_process_set(id); });
+  m.def("add_process_set", &add_process_set, py::call_guard<py::gil_scoped_release>());
+  m.def("remove_process_set", &remove_process_set, py::call_guard<py::gil_scoped_release>());
+  m.def("process_set_rank", &process_set_rank);
+  m.def("process_set_size", &process_set_size);
+  m.def("in_process_set", &in_process_set);
+  m.def("process_set_ranks", &process_set_ranks);
   m.def(
       "join", [](int process_set) { return join(process_set); }, py::arg("process_set"),
       py::call_guard<py::gil_scoped_release>());
+}
+
+// Horovod's naming and refusal policy lives in the core (torch/context.h); Python takes the
+// name before its own checks and refuses it when they raise, as the core does for its own.
+void bind_policy(py::module_& m) {
+  m.def(
+      "take_name",
+      [](const std::string& kind, const std::string& name, int ps) {
+        return detail::take_name(kind, name, ps);
+      },
+      py::arg("kind"), py::arg("name"), py::arg("process_set"));
+  m.def(
+      "refuse",
+      [](const std::string& name, int ps, const std::string& reason, size_t members) {
+        detail::refuse(name, ps, reason, members);
+      },
+      py::arg("name"), py::arg("process_set"), py::arg("reason"), py::arg("members") = 0);
+}
+
+// SyncBatchNorm's statistics and backward (an autograd function of the core's): y, then the
+// batch's mean and biased variance (f64, on x's device) and the values per channel over all
+// ranks, for the running statistics.
+void bind_sync_batch_norm(py::module_& m) {
+  m.def(
+      "sync_batch_norm",
+      [](const torch::Tensor& x, const std::optional<torch::Tensor>& weight,
+         const std::optional<torch::Tensor>& bias, double eps, const std::string& name, int ps) {
+        torch::Tensor mean, var;
+        double count = 0;
+        torch::Tensor y =
+            sync_batch_norm(x, weight.value_or(torch::Tensor()), bias.value_or(torch::Tensor()),
+                            eps, name, ps, &mean, &var, &count);
+        return std::make_tuple(y, mean, var, count);
+      },
+      py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("eps"), py::arg("name"),
+      py::arg("process_set"), py::call_guard<py::gil_scoped_release>());
 }
 
 void bind_collectives(py::module_& m) {
@@ -121,13 +163,13 @@ void bind_collectives(py::module_& m) {
   m.def("alltoall_async", [](const torch::Tensor& t, const std::string& name, int ps) {
     return alltoall_async(t, name, ps);
   });
-  m.def("reducescatter_async", [](const torch::Tensor& t, const std::string& name, int op, int ps) {
-    return reducescatter_async(t, name, to_op(op), ps);
-  });
-  m.def("grouped_reducescatter_async",
-        [](const std::vector<torch::Tensor>& ts, const std::string& name, int op, int ps) {
-          return grouped_reducescatter_async(ts, name, to_op(op), ps);
-        });
+  m.def("reducescatter_async",
+        [](const torch::Tensor& t, const std::string& name, int op, int ps, double pre,
+           double post) { return reducescatter_async(t, name, to_op(op), ps, pre, post); });
+  m.def(
+      "grouped_reducescatter_async",
+      [](const std::vector<torch::Tensor>& ts, const std::string& name, int op, int ps, double pre,
+         double post) { return grouped_reducescatter_async(ts, name, to_op(op), ps, pre, post); });
 }
 
 }  // namespace
@@ -159,11 +201,16 @@ PYBIND11_MODULE(_tessera, m) {
   m.attr("ReduceOp_Min") = static_cast<int>(tessera::ReduceOp::kMin);
   m.attr("ReduceOp_Max") = static_cast<int>(tessera::ReduceOp::kMax);
   m.attr("ReduceOp_Product") = static_cast<int>(tessera::ReduceOp::kProduct);
+  m.attr("ReduceOp_Adasum") = static_cast<int>(tessera::ReduceOp::kAdasum);
 #ifdef TESSERA_CUDA_BUILT
   m.attr("cuda_built") = true;
+  m.attr("nccl_built") = tessera::nccl_built();  // NCCL serves CUDA tensors: only with them
 #else
   m.attr("cuda_built") = false;
+  m.attr("nccl_built") = false;
 #endif
   tessera::python::bind_process(m);
+  tessera::python::bind_policy(m);
+  tessera::python::bind_sync_batch_norm(m);
   tessera::python::bind_collectives(m);
 }

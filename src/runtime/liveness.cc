@@ -126,11 +126,26 @@ char process_state(int pid) {
   return text[paren + 2];
 }
 
+// set_error_window's: how long a rank that ends first shows the loss as an error to the
+// waits in progress (lost_peer_error), and the line they raise.
+std::atomic<double> g_error_window_s{0.0};
+std::mutex g_lost_mu;
+std::string g_lost_line;
+
 [[noreturn]] void end_process(const std::string& line, int code) {
   std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
-  std::this_thread::sleep_for(kGrace);
+  const double window = g_error_window_s.load();
+  if (window > 0) {
+    {
+      std::lock_guard<std::mutex> lock(g_lost_mu);
+      g_lost_line = line;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(window));
+  } else {
+    std::this_thread::sleep_for(kGrace);
+  }
   // Not exit(): other threads are inside MPI and libtorch; destructors would wait on them.
   _exit(code);
 }
@@ -302,6 +317,13 @@ void stop_liveness(const std::string& error) {
 }
 
 bool liveness_running() { return g_monitor != nullptr; }
+
+void set_error_window(double seconds) { g_error_window_s = seconds > 0 ? seconds : 0.0; }
+
+std::string lost_peer_error() {
+  std::lock_guard<std::mutex> lock(g_lost_mu);
+  return g_lost_line;
+}
 
 }  // namespace runtime
 }  // namespace tessera

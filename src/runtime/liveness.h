@@ -50,6 +50,15 @@ void start_liveness(const SettingValues& settings);
 // stops its own monitor first). Never throws.
 void stop_liveness(const std::string& error = "");
 bool liveness_running();
+// Under an interpreter (the Python package): when this rank ends because of another rank (lost,
+// failed, or the launcher's SIGTERM), it first publishes its line (lost_peer_error) and waits
+// `seconds` before exiting, so that the training loop's waits raise it as an exception an
+// elastic wrapper can catch; then the process ends as before, caught or not. 0 (the default):
+// it ends after a one-second grace, as tessera train does.
+void set_error_window(double seconds);
+// The line of this rank's ending once the monitor has decided on it; "" before. Never blocks
+// for long.
+std::string lost_peer_error();
 
 // Pure parts, unit-tested.
 

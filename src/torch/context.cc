@@ -1,6 +1,7 @@
 // init / shutdown / rank queries of include/tessera/torch.h.
 #include "torch/context.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -8,6 +9,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/settings.h"
+#include "gpu/nccl.h"
 #include "runtime/liveness.h"
 #include "tessera/torch.h"
 #include "torch/memory_policy.h"
@@ -31,11 +33,47 @@ Context& context() {
   return *g_context;
 }
 
-std::string auto_name(const char* kind) {
+namespace {
+// The first name this thread's last refusal covered ("" once it took another name).
+thread_local std::string t_last_refused;
+}  // namespace
+
+void refuse(const std::vector<std::string>& names, int process_set, const std::string& reason) {
+  if (names.empty()) return;
+  if (t_last_refused == names.front()) {
+    t_last_refused.clear();
+    return;
+  }
+  for (const std::string& n : names) context().engine->refuse(n, process_set, reason);
+  t_last_refused = names.front();
+}
+
+void refuse(const std::string& name, int process_set, const std::string& reason, size_t members) {
+  std::vector<std::string> names;
+  if (members == 0) names.push_back(name);
+  for (size_t i = 0; i < members; ++i) names.push_back(name + "." + std::to_string(i));
+  refuse(names, process_set, reason);
+}
+
+std::string take_name(const std::string& kind, const std::string& name, int process_set) {
+  t_last_refused.clear();
+  if (!name.empty()) return name;
   static std::mutex mu;
-  static std::map<std::string, uint64_t> counters;
+  static std::map<std::pair<std::string, int>, uint64_t> counters;
   std::lock_guard<std::mutex> lock(mu);
-  return std::string(kind) + ".noname." + std::to_string(counters[kind]++);
+  const uint64_t n = counters[{kind, process_set}]++;
+  return kind + ".set" + std::to_string(process_set) + ".noname." + std::to_string(n);
+}
+
+int set_rank_of(int global_root, int process_set, const std::string& name) {
+  const std::vector<int> ranks = context().engine->process_set_ranks(process_set);
+  const auto it = std::find(ranks.begin(), ranks.end(), global_root);
+  if (it != ranks.end()) return static_cast<int>(it - ranks.begin());
+  std::string list;
+  for (int r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  throw InvalidArgument(concat("broadcast '", name, "': root rank ", global_root,
+                               " is not in process set ", process_set, " (its ranks: ", list,
+                               "); the root is a rank of the whole job, as in Horovod"));
 }
 
 }  // namespace detail
@@ -67,6 +105,9 @@ void init(const InitOptions& options) {
   ctx->settings = comm::init(nullptr, nullptr, resolve_init_options(options));
   const SettingValues& agreed = ctx->settings;
   runtime::start_liveness(agreed);
+  if (options.raise_on_peer_loss) {
+    runtime::set_error_window(runtime::kHeartbeatTimeout.get(agreed));
+  }
   const std::string policy =
       detail::apply_malloc_policy(detail::parse_malloc_policy(detail::kMallocPolicy.get(agreed)));
   ctx->world = comm::Communicator::world();
@@ -101,6 +142,14 @@ void shutdown(const std::string& error) {
   detail::g_owns_mpi = false;
 }
 
+std::string lost_peer_error() { return runtime::lost_peer_error(); }
+bool nccl_built() { return gpu::nccl_built(); }
+
+void step_done() {
+  detail::Context& ctx = detail::context();
+  if (ctx.tuner) ctx.tuner->after_step();
+}
+
 bool is_initialized() {
   std::lock_guard<std::mutex> lock(detail::g_mu);
   return detail::g_context != nullptr;
@@ -120,6 +169,14 @@ int cross_size() {
 }
 bool is_homogeneous() { return detail::context().world->uniform_nodes(); }
 engine::Engine& global_engine() { return *detail::context().engine; }
+int add_process_set(std::vector<int> ranks) {
+  return global_engine().add_process_set(std::move(ranks));
+}
+void remove_process_set(int id) { global_engine().remove_process_set(id); }
+int process_set_rank(int id) { return global_engine().process_set_rank(id); }
+int process_set_size(int id) { return global_engine().process_set_size(id); }
+bool in_process_set(int id) { return global_engine().in_process_set(id); }
+std::vector<int> process_set_ranks(int id) { return global_engine().process_set_ranks(id); }
 
 SettingValues settings() {
   std::lock_guard<std::mutex> lock(detail::g_mu);

@@ -7,9 +7,12 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "common/error.h"
 #include "common/settings.h"
 #include "engine/engine.h"
 #include "gpu/device.h"
+#include "tessera/torch.h"
+#include "torch/op_policy.h"
 #include "tune/step_tuner.h"
 
 namespace tessera {
@@ -28,8 +31,33 @@ struct Context {
 
 // Throws InvalidArgument ("call tessera::init() first") when not initialised.
 Context& context();
-// The next automatic name for an unnamed collective of `kind` ("allreduce.noname.7").
-std::string auto_name(const char* kind);
+// The policy every op follows, C++ and Python alike: the process set is checked first (a rank
+// outside it raises and takes no name); then the name is taken; then `start(name)` checks the
+// arguments and enqueues. If it throws, this rank refuses the name, so that the ranks that
+// enqueued it fail within a cycle instead of stalling, and the next automatic names still
+// agree everywhere. `members` > 0: a group, whose members are name.0 .. name.N-1.
+template <class Start>
+auto attempt(const char* kind, const std::string& name, int process_set, Start&& start,
+             size_t members = 0) -> decltype(start(name)) {
+  context().engine->process_set_size(process_set);  // throws for a set this rank is not in
+  const std::string lost = lost_peer_error();
+  if (!lost.empty()) throw Error(lost);  // the job is ending: no new collective
+  const std::string taken = take_name(kind, name, process_set);
+  try {
+    return start(taken);
+  } catch (const std::exception& e) {
+    refuse(taken, process_set, e.what(), members);
+    throw;
+  }
+}
 
 }  // namespace detail
+
+// Internal to tessera's own layers and tests (not in include/tessera/torch.h, whose users see
+// only tensors): the engine behind every call (stats, tunables), and a new communicator over
+// every rank with the agreed settings for a layer's own messages (the data set's global
+// shuffle; collective). Both throw if not init().
+engine::Engine& global_engine();
+std::unique_ptr<comm::Communicator> new_world_communicator();
+
 }  // namespace tessera

@@ -338,8 +338,7 @@ void DistributedOptimizer::step() {
   optimizer_.step();
   // The autotuner counts steps here: every rank steps the same number of times, and between
   // steps no gradient of this optimizer is in flight.
-  detail::Context& ctx = detail::context();
-  if (ctx.tuner) ctx.tuner->after_step();
+  step_done();
 }
 
 void DistributedOptimizer::zero_grad() {

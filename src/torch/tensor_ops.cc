@@ -64,10 +64,6 @@ torch::Tensor contiguous(const torch::Tensor& t, const char* what) {
   return t.contiguous();
 }
 
-std::string name_or_auto(const std::string& name, const char* kind) {
-  return name.empty() ? detail::auto_name(kind) : name;
-}
-
 // One request of `op` over contiguous `in` -> `out` (the same tensor for in-place calls).
 engine::Request make_request(engine::OpType op, const std::string& name, const torch::Tensor& in,
                              const torch::Tensor& out, int process_set) {
@@ -116,22 +112,24 @@ torch::Tensor synchronize(TensorHandle& h) {
 
 TensorHandle allreduce_async(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
                              double prescale, double postscale, int process_set) {
-  torch::Tensor in = contiguous(tensor, "allreduce");
-  torch::Tensor out = torch::empty_like(in);
-  engine::Request r = make_allreduce(name_or_auto(name, "allreduce"), in, out, op, prescale,
-                                     postscale, process_set);
-  const detail::DeviceUse use = detail::device_use(in, r.spec.name);
-  return TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false);
+  return detail::attempt("allreduce", name, process_set, [&](const std::string& n) {
+    torch::Tensor in = contiguous(tensor, "allreduce");
+    torch::Tensor out = torch::empty_like(in);
+    engine::Request r = make_allreduce(n, in, out, op, prescale, postscale, process_set);
+    const detail::DeviceUse use = detail::device_use(in, n);
+    return TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false);
+  });
 }
 
 TensorHandle allreduce_async_(torch::Tensor& tensor, const std::string& name, ReduceOp op,
                               double prescale, double postscale, int process_set) {
-  torch::Tensor buf = contiguous(tensor, "allreduce_");
-  // The algorithms reduce in place.
-  engine::Request r = make_allreduce(name_or_auto(name, "allreduce"), buf, buf, op, prescale,
-                                     postscale, process_set);
-  const detail::DeviceUse use = detail::device_use(buf, r.spec.name);
-  return TensorOps::one(std::move(r), use, buf, buf, tensor, false);
+  return detail::attempt("allreduce", name, process_set, [&](const std::string& n) {
+    torch::Tensor buf = contiguous(tensor, "allreduce_");
+    // The algorithms reduce in place.
+    engine::Request r = make_allreduce(n, buf, buf, op, prescale, postscale, process_set);
+    const detail::DeviceUse use = detail::device_use(buf, n);
+    return TensorOps::one(std::move(r), use, buf, buf, tensor, false);
+  });
 }
 
 torch::Tensor allreduce(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
@@ -150,36 +148,49 @@ torch::Tensor& allreduce_(torch::Tensor& tensor, const std::string& name, Reduce
 std::vector<TensorHandle> grouped_allreduce_async(const std::vector<torch::Tensor>& tensors,
                                                   const std::string& name, ReduceOp op,
                                                   int process_set) {
-  TESSERA_CHECK(!tensors.empty(), "grouped_allreduce needs at least one tensor");
-  const std::string base = name_or_auto(name, "grouped_allreduce");
-  std::vector<engine::Request> requests;
-  std::vector<torch::Tensor> ins, outs;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    torch::Tensor in = contiguous(tensors[i], "grouped_allreduce");
-    torch::Tensor out = torch::empty_like(in);
-    requests.push_back(
-        make_allreduce(base + "." + std::to_string(i), in, out, op, 1.0, 1.0, process_set));
-    ins.push_back(in);
-    outs.push_back(out);
-  }
-  return TensorOps::group(std::move(requests), detail::device_use(ins, base), ins, outs, {});
+  auto start = [&](const std::string& base) {
+    TESSERA_CHECK(!tensors.empty(), "grouped_allreduce needs at least one tensor");
+    std::vector<engine::Request> requests;
+    std::vector<torch::Tensor> ins, outs;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      torch::Tensor in = contiguous(tensors[i], "grouped_allreduce");
+      torch::Tensor out = torch::empty_like(in);
+      requests.push_back(
+          make_allreduce(base + "." + std::to_string(i), in, out, op, 1.0, 1.0, process_set));
+      ins.push_back(in);
+      outs.push_back(out);
+    }
+    return TensorOps::group(std::move(requests), detail::device_use(ins, base), ins, outs, {});
+  };
+  return detail::attempt("grouped_allreduce", name, process_set, start, tensors.size());
 }
 
+// The names are the caller's (the DistributedOptimizer's "grad." names), so no name is taken; a
+// refusal still tells the other ranks, for each of them.
 std::vector<TensorHandle> grouped_allreduce_async_(std::vector<torch::Tensor>& tensors,
                                                    const std::vector<std::string>& names,
                                                    ReduceOp op, double prescale, double postscale,
                                                    int process_set) {
-  TESSERA_CHECK(!tensors.empty(), "grouped_allreduce_ needs at least one tensor");
-  TESSERA_CHECK_EQ(tensors.size(), names.size(), "grouped_allreduce_ needs one name per tensor");
-  std::vector<engine::Request> requests;
-  std::vector<torch::Tensor> bufs;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    torch::Tensor buf = contiguous(tensors[i], "grouped_allreduce_");
-    requests.push_back(make_allreduce(names[i], buf, buf, op, prescale, postscale, process_set));
-    bufs.push_back(buf);
+  // A rank outside the set raises, refusing nothing; the names are the caller's, so taking
+  // one only marks the start of a new op for the refusal's bookkeeping.
+  global_engine().process_set_size(process_set);
+  if (!names.empty()) detail::take_name("grouped_allreduce", names.front(), process_set);
+  try {
+    TESSERA_CHECK(!tensors.empty(), "grouped_allreduce_ needs at least one tensor");
+    TESSERA_CHECK_EQ(tensors.size(), names.size(), "grouped_allreduce_ needs one name per tensor");
+    std::vector<engine::Request> requests;
+    std::vector<torch::Tensor> bufs;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      torch::Tensor buf = contiguous(tensors[i], "grouped_allreduce_");
+      requests.push_back(make_allreduce(names[i], buf, buf, op, prescale, postscale, process_set));
+      bufs.push_back(buf);
+    }
+    return TensorOps::group(std::move(requests), detail::device_use(bufs, "grouped_allreduce_"),
+                            bufs, bufs, tensors);
+  } catch (const std::exception& e) {
+    detail::refuse(names, process_set, e.what());
+    throw;
   }
-  return TensorOps::group(std::move(requests), detail::device_use(bufs, "grouped_allreduce_"), bufs,
-                          bufs, tensors);
 }
 
 std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
@@ -193,12 +204,14 @@ std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& t
 
 TensorHandle allgather_async(const torch::Tensor& tensor, const std::string& name,
                              int process_set) {
-  torch::Tensor in = contiguous(tensor, "allgather");
-  TESSERA_CHECK(in.dim() >= 1, "allgather needs a tensor with at least one dimension");
-  engine::Request r = make_request(engine::OpType::kAllgather, name_or_auto(name, "allgather"), in,
-                                   torch::Tensor(), process_set);
-  const detail::DeviceUse use = detail::device_use(in, r.spec.name);
-  return TensorOps::one(std::move(r), use, in, torch::Tensor(), torch::Tensor(), true);
+  return detail::attempt("allgather", name, process_set, [&](const std::string& n) {
+    torch::Tensor in = contiguous(tensor, "allgather");
+    TESSERA_CHECK(in.dim() >= 1, "allgather needs a tensor with at least one dimension");
+    engine::Request r =
+        make_request(engine::OpType::kAllgather, n, in, torch::Tensor(), process_set);
+    const detail::DeviceUse use = detail::device_use(in, n);
+    return TensorOps::one(std::move(r), use, in, torch::Tensor(), torch::Tensor(), true);
+  });
 }
 
 torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name, int process_set) {
@@ -206,14 +219,26 @@ torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name, in
   return synchronize(h);
 }
 
+namespace {
+
+// A broadcast of `buf` (the caller's tensor for in-place calls, else a copy) from `root`, a rank
+// of the whole job as in Horovod: on a process set it is translated to the set's own rank.
+TensorHandle start_broadcast(const std::string& name, torch::Tensor buf, torch::Tensor target,
+                             int root, int process_set) {
+  engine::Request r = make_request(engine::OpType::kBroadcast, name, buf, buf, process_set);
+  r.spec.root = detail::set_rank_of(root, process_set, name);
+  const detail::DeviceUse use = detail::device_use(buf, name);
+  return TensorOps::one(std::move(r), use, buf, buf, std::move(target), false);
+}
+
+}  // namespace
+
 TensorHandle broadcast_async(const torch::Tensor& tensor, int root, const std::string& name,
                              int process_set) {
-  torch::Tensor buf = contiguous(tensor, "broadcast").clone();
-  engine::Request r = make_request(engine::OpType::kBroadcast, name_or_auto(name, "broadcast"), buf,
-                                   buf, process_set);
-  r.spec.root = root;
-  const detail::DeviceUse use = detail::device_use(buf, r.spec.name);
-  return TensorOps::one(std::move(r), use, buf, buf, torch::Tensor(), false);
+  return detail::attempt("broadcast", name, process_set, [&](const std::string& n) {
+    return start_broadcast(n, contiguous(tensor, "broadcast").clone(), torch::Tensor(), root,
+                           process_set);
+  });
 }
 
 torch::Tensor broadcast(const torch::Tensor& tensor, int root, const std::string& name,
@@ -224,31 +249,24 @@ torch::Tensor broadcast(const torch::Tensor& tensor, int root, const std::string
 
 torch::Tensor& broadcast_(torch::Tensor& tensor, int root, const std::string& name,
                           int process_set) {
-  torch::Tensor buf = contiguous(tensor, "broadcast_");
-  engine::Request r = make_request(engine::OpType::kBroadcast, name_or_auto(name, "broadcast"), buf,
-                                   buf, process_set);
-  r.spec.root = root;
-  const detail::DeviceUse use = detail::device_use(buf, r.spec.name);
-  TensorHandle h = TensorOps::one(std::move(r), use, buf, buf, tensor, false);
+  TensorHandle h = broadcast_async_(tensor, root, name, process_set);
   synchronize(h);
   return tensor;
 }
 
 TensorHandle broadcast_async_(torch::Tensor& tensor, int root, const std::string& name,
                               int process_set) {
-  torch::Tensor buf = contiguous(tensor, "broadcast_");
-  engine::Request r = make_request(engine::OpType::kBroadcast, name_or_auto(name, "broadcast"), buf,
-                                   buf, process_set);
-  r.spec.root = root;
-  const detail::DeviceUse use = detail::device_use(buf, r.spec.name);
-  return TensorOps::one(std::move(r), use, buf, buf, tensor, false);
+  return detail::attempt("broadcast", name, process_set, [&](const std::string& n) {
+    return start_broadcast(n, contiguous(tensor, "broadcast_"), tensor, root, process_set);
+  });
 }
 
 namespace {
 
 // Output: dimension 0 divided by the set's ranks (the engine checks that it divides).
 engine::Request make_reducescatter(const std::string& name, const torch::Tensor& in,
-                                   torch::Tensor* out, ReduceOp op, int process_set) {
+                                   torch::Tensor* out, ReduceOp op, int process_set,
+                                   double prescale, double postscale) {
   TESSERA_CHECK(in.dim() >= 1, "reducescatter '", name,
                 "' needs a tensor with at least one dimension");
   const int64_t ranks = global_engine().process_set_size(process_set);
@@ -257,44 +275,51 @@ engine::Request make_reducescatter(const std::string& name, const torch::Tensor&
   *out = torch::empty(shape, in.options());
   engine::Request r = make_request(engine::OpType::kReduceScatter, name, in, *out, process_set);
   r.spec.reduce_op = op;
+  r.spec.prescale = prescale;
+  r.spec.postscale = postscale;
   return r;
 }
 
 }  // namespace
 
 TensorHandle reducescatter_async(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
-                                 int process_set) {
-  torch::Tensor in = contiguous(tensor, "reducescatter");
-  torch::Tensor out;
-  engine::Request r =
-      make_reducescatter(name_or_auto(name, "reducescatter"), in, &out, op, process_set);
-  const detail::DeviceUse use = detail::device_use(in, r.spec.name);
-  return TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false);
+                                 int process_set, double prescale, double postscale) {
+  return detail::attempt("reducescatter", name, process_set, [&](const std::string& n) {
+    torch::Tensor in = contiguous(tensor, "reducescatter");
+    torch::Tensor out;
+    engine::Request r = make_reducescatter(n, in, &out, op, process_set, prescale, postscale);
+    const detail::DeviceUse use = detail::device_use(in, n);
+    return TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false);
+  });
 }
 
 std::vector<TensorHandle> grouped_reducescatter_async(const std::vector<torch::Tensor>& tensors,
                                                       const std::string& name, ReduceOp op,
-                                                      int process_set) {
-  TESSERA_CHECK(!tensors.empty(), "grouped_reducescatter needs at least one tensor");
-  const std::string base = name_or_auto(name, "grouped_reducescatter");
-  std::vector<engine::Request> requests;
-  std::vector<torch::Tensor> ins, outs;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    ins.push_back(contiguous(tensors[i], "grouped_reducescatter"));
-    outs.emplace_back();
-    requests.push_back(make_reducescatter(base + "." + std::to_string(i), ins.back(), &outs.back(),
-                                          op, process_set));
-  }
-  return TensorOps::group(std::move(requests), detail::device_use(ins, base), ins, outs, {});
+                                                      int process_set, double prescale,
+                                                      double postscale) {
+  auto start = [&](const std::string& base) {
+    TESSERA_CHECK(!tensors.empty(), "grouped_reducescatter needs at least one tensor");
+    std::vector<engine::Request> requests;
+    std::vector<torch::Tensor> ins, outs;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      ins.push_back(contiguous(tensors[i], "grouped_reducescatter"));
+      outs.emplace_back();
+      requests.push_back(make_reducescatter(base + "." + std::to_string(i), ins.back(),
+                                            &outs.back(), op, process_set, prescale, postscale));
+    }
+    return TensorOps::group(std::move(requests), detail::device_use(ins, base), ins, outs, {});
+  };
+  return detail::attempt("grouped_reducescatter", name, process_set, start, tensors.size());
 }
 
 TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name, int process_set) {
-  torch::Tensor in = contiguous(tensor, "alltoall");
-  torch::Tensor out = torch::empty_like(in);
-  engine::Request r =
-      make_request(engine::OpType::kAlltoall, name_or_auto(name, "alltoall"), in, out, process_set);
-  const detail::DeviceUse use = detail::device_use(in, r.spec.name);
-  return TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false);
+  return detail::attempt("alltoall", name, process_set, [&](const std::string& n) {
+    torch::Tensor in = contiguous(tensor, "alltoall");
+    torch::Tensor out = torch::empty_like(in);
+    engine::Request r = make_request(engine::OpType::kAlltoall, n, in, out, process_set);
+    const detail::DeviceUse use = detail::device_use(in, n);
+    return TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false);
+  });
 }
 
 torch::Tensor alltoall(const torch::Tensor& tensor, const std::string& name, int process_set) {

@@ -9,6 +9,7 @@
 #include "common/strings.h"
 #include "engine/engine.h"
 #include "tessera/torch.h"
+#include "torch/context.h"
 
 namespace tessera {
 

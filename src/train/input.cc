@@ -9,6 +9,7 @@
 #include "data/reshuffle.h"
 #include "data/sampler.h"
 #include "tessera/torch.h"
+#include "torch/context.h"
 #include "train/device_feed.h"
 
 namespace tessera {

@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "mpi/torch_test_util.h"
 #include "tessera/torch.h"
+#include "torch/context.h"
 
 namespace tessera {
 namespace {

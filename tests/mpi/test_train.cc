@@ -16,6 +16,7 @@
 #include "models/state_dict.h"
 #include "mpi/torch_test_util.h"
 #include "mpi/train_test_util.h"
+#include "torch/context.h"
 #include "train/device_choice.h"
 #include "train/trainer.h"
 

@@ -3,7 +3,7 @@
   allgather:      the output gradients averaged over the ranks, this rank's rows;
   broadcast:      the output gradients averaged over the ranks on the root, zero elsewhere;
   alltoall:       the output gradients sent back (alltoall with the received splits);
-  reducescatter:  the allgather of the blocks' gradients (divided by the ranks for Average).
+  reducescatter:  the allgather of the blocks' gradients (times the ranks for Sum, as Horovod).
 Each rank's upstream gradient differs (it depends on the rank), so a wrong reduction shows."""
 import torch
 
@@ -76,7 +76,9 @@ def test_alltoall_gradient_goes_back_the_way_the_data_came():
 
 def test_reducescatter_gradient():
     me, n = hvd.rank(), hvd.size()
-    for op, factor in ((hvd.Sum, 1.0), (hvd.Average, 1.0 / n)):
+    # Horovod's: the allgather of the blocks' gradients, times the size for Sum, as it is for
+    # Average (HorovodReducescatter.backward).
+    for op, factor in ((hvd.Sum, float(n)), (hvd.Average, 1.0)):
         x = torch.ones(2 * n, 3, dtype=torch.float64, requires_grad=True)
         y = hvd.reducescatter(x, op=op, name=f"grad.rs.{op}")
         assert y.shape == (2, 3)

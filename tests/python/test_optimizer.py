@@ -190,7 +190,90 @@ def test_broadcast_optimizer_state_when_root_has_none_yet():
             p.grad = torch.ones_like(p)
         opt.step()
     hvd.broadcast_optimizer_state(opt, root_rank=0)
-    assert opt.state_dict()["state"] == {}
+    # Horovod's rule: the root without state makes it with one step of zero gradients, and
+    # every rank takes it (Adam's moments zero, one step counted; the weights unchanged).
+    state = opt.state_dict()["state"]
+    assert sorted(state) == list(range(len(list(model.parameters()))))
+    for st in state.values():
+        assert float(st["step"]) == 1.0
+        assert not st["exp_avg"].any() and not st["exp_avg_sq"].any()
+    if me == 0:  # a step of zero gradients leaves Adam's weights where they were
+        assert_same(model, make_model())
+
+
+def test_broadcast_optimizer_state_with_a_parameter_that_takes_no_gradient():
+    # Horovod's test_broadcast_state_no_grad: a parameter with requires_grad=False keeps .grad
+    # None; the others get the zero gradient of the state-making step, the same everywhere.
+    class NoGrad(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Parameter(torch.tensor([1, 3]), requires_grad=False)
+            self.b = torch.nn.Parameter(torch.rand(4, generator=torch.Generator().manual_seed(1)))
+
+        def forward(self, x):
+            return torch.index_select(self.b, 0, self.a) * x
+    model = NoGrad()
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.001, weight_decay=1e-6, momentum=0.9,
+                        nesterov=True), named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    grad = opt.param_groups[0]["params"][1].grad
+    assert opt.param_groups[0]["params"][0].grad is None
+    assert torch.equal(hvd.broadcast(grad, root_rank=0), grad)
+    model(torch.ones(2)).sum().backward()  # the optimizer still works after it
+    opt.step()
+
+
+def test_set_backward_passes_per_step_and_the_parameter_names():
+    me, n = hvd.rank(), hvd.size()
+    model = torch.nn.Linear(3, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                   named_parameters=model.named_parameters())
+    assert opt._parameter_names[model.weight] == "weight"
+    assert opt.backward_passes_per_step == 1
+    opt.set_backward_passes_per_step(2)
+    assert opt.backward_passes_per_step == 2
+    opt.zero_grad()
+    for k in range(2):  # two local passes summed, then one reduction
+        model(torch.full((1, 3), float(me + k))).sum().backward()
+    opt.step()
+    mean_of_sums = sum(2 * r + 1 for r in range(n)) / n
+    assert torch.allclose(model.weight, torch.full((1, 3), 1.0 - mean_of_sums))
+
+
+def test_sparse_gradients_take_horovods_allgather_path():
+    me, n = hvd.rank(), hvd.size()
+    for sparse_as_dense in (False, True):
+        emb = torch.nn.Embedding(6, 2, sparse=True)
+        with torch.no_grad():
+            emb.weight.fill_(0.0)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=1.0),
+                                       named_parameters=emb.named_parameters(),
+                                       sparse_as_dense=sparse_as_dense)
+        opt.zero_grad()
+        emb(torch.tensor([me % 6, 5])).sum().backward()
+        assert emb.weight.grad.is_sparse
+        opt.step()
+        assert emb.weight.grad.is_sparse  # as the optimizer (SparseAdam, ...) needs it
+        want = torch.zeros(6, 2)
+        for r in range(n):
+            want[r % 6] -= 1.0 / n
+        want[5] -= 1.0
+        assert torch.allclose(emb.weight, want), (sparse_as_dense, emb.weight)
+
+
+def test_sparse_allreduce_async_gathers_indices_and_values():
+    me, n = hvd.rank(), hvd.size()
+    t = torch.sparse_coo_tensor([[me % 4]], [float(me + 1)], (4,))
+    for op, scale in ((hvd.Sum, 1.0), (hvd.Average, 1.0 / n)):
+        out = hvd.sparse_allreduce_async(t, f"sparse.{op}", op)()
+        want = torch.zeros(4)
+        for r in range(n):
+            want[r % 4] += (r + 1) * scale
+        assert out.is_sparse and torch.allclose(out.to_dense(), want)
 
 
 def test_join_with_uneven_batches():

@@ -25,6 +25,7 @@ from tessera.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allg
                                    grouped_allgather_async, grouped_allreduce, grouped_allreduce_,
                                    grouped_allreduce_async, grouped_allreduce_async_,
                                    grouped_reducescatter, grouped_reducescatter_async, join, poll,
-                                   reducescatter, reducescatter_async, synchronize)
+                                   reducescatter, reducescatter_async, sparse_allreduce_async,
+                                   synchronize)
 from tessera.torch.optimizer import DistributedOptimizer
 from tessera.torch.sync_batch_norm import SyncBatchNorm

@@ -200,7 +200,9 @@ def gloo_built():
 
 
 def nccl_built():
-    return False
+    """Whether GPU tensors' collectives can go through NCCL: tessera was built with NCCL and
+    takes CUDA tensors (cuda_built())."""
+    return bool(_C.nccl_built)
 
 
 def ddl_built():

@@ -7,6 +7,7 @@ import torch
 from tessera.torch.basics import global_process_set
 from tessera.torch.mpi_ops import (_allgather_async, _auto_name, broadcast_, broadcast_async_,
                                    synchronize)
+from tessera.torch.optimizer import _DistributedMixin
 
 
 def _named_tensors(params):
@@ -94,9 +95,11 @@ def _fill_tensors(value, tensors):
 
 def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
     """Every rank's optimizer takes root_rank's state (momentum buffers, Adam's moments and
-    steps, state created lazily or not at all) and its param groups' options (learning rate,
-    betas, ...). The structure travels pickled, the tensors by broadcast. Collective; the
-    optimizers must be over the same parameters in the same order."""
+    steps) and its param groups' options (learning rate, betas, ...). An optimizer without
+    state first takes one step of zero gradients to make it, as Horovod's does. The structure
+    travels pickled, the tensors by broadcast. Collective; the optimizers must be over the same
+    parameters in the same order."""
+    _initialize_state(optimizer)
     tensors = []
     structure = _split_tensors(optimizer.state_dict(), tensors)
     structure = broadcast_object(structure, root_rank, "broadcast_optimizer_state",
@@ -111,6 +114,25 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
         synchronize(h)
     if not root:
         optimizer.load_state_dict(_fill_tensors(structure, tensors))
+
+
+def _initialize_state(optimizer):
+    """Horovod's rule: an optimizer without state yet gets it from one step of zero gradients
+    (each parameter that requires one gets a zero .grad, sparse for SparseAdam), taken by the
+    wrapped optimizer's own step, not the DistributedOptimizer's (no collective). Parameters
+    that need no gradient keep .grad None."""
+    if len(optimizer.state_dict()["state"]) != 0:
+        return
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+                if isinstance(optimizer, torch.optim.SparseAdam):
+                    p.grad = p.grad.to_sparse()
+    if isinstance(optimizer, _DistributedMixin):  # the wrapped optimizer's own step
+        super(_DistributedMixin, optimizer).step()
+    else:
+        optimizer.step()
 
 
 def _collect_slots(value, tensors):

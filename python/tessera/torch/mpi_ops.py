@@ -1,19 +1,23 @@
 """Horovod's collectives on tensors over tessera's engine: each op enqueues on the extension
 (asynchronous, named) and returns a handle; synchronize() waits with the GIL released.
 
-Semantics follow Horovod's documentation; where tessera decides, it says so here:
-  - Average on integer tensors is refused (ValueError): use Sum and divide as you need.
+Semantics follow Horovod's documentation; where it is silent, Horovod's source
+(docs/python.md lists each rule). Names, checks and refusals follow the core's policy
+(src/torch/op_policy.h): the name is taken once the process set is known, and a rank whose
+arguments fail its checks refuses that name, so the ranks that enqueued it fail within a cycle.
+Where tessera decides, it says so here:
   - bool tensors travel as bytes; their reductions are logical: Sum and Max are "or", Min and
     Product are "and".
   - alltoall with uneven splits and reducescatter with a first dimension that does not divide
     by the ranks pad each block to the largest one (zeros) and cut the padding off after.
 """
+import contextlib
 import itertools
 import threading
 
 import torch
 
-from tessera.torch.basics import _C, _set_id, global_process_set
+from tessera.torch.basics import InvalidArgumentError, _C, _set_id, global_process_set
 from tessera.torch.compression import Compression
 
 Average = _C.ReduceOp_Average
@@ -21,9 +25,10 @@ Sum = _C.ReduceOp_Sum
 Min = _C.ReduceOp_Min
 Max = _C.ReduceOp_Max
 Product = _C.ReduceOp_Product
-Adasum = -1  # accepted as a name, refused when used (see _resolve_op)
+Adasum = _C.ReduceOp_Adasum  # the core's (comm/adasum_allreduce.cc): CPU, 2^k ranks
 
-_OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
+_OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product",
+             Adasum: "Adasum"}
 _ACCEPTED = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
              torch.bfloat16, torch.float32, torch.float64, torch.bool)
 _ACCEPTED_TEXT = ("uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool")
@@ -33,17 +38,30 @@ _ACCEPTED_TEXT = ("uint8, int8, int16, int32, int64, float16, bfloat16, float32,
 _handles = {}
 _handles_lock = threading.Lock()
 _next_handle = itertools.count(1)
-_noname = {}
 
 
 def _auto_name(kind, ps_id):
-    """The next name of an unnamed `kind` on set `ps_id`. One counter per (kind, set): ranks
-    outside a set do not count its calls, so the names still agree on every member."""
-    key = f"{kind}.set{ps_id}"
-    with _handles_lock:
-        n = _noname.get(key, 0)
-        _noname[key] = n + 1
-    return f"{key}.noname.{n}"
+    """The next automatic name of an unnamed `kind` on set `ps_id`: the core's counter (one per
+    kind and set, shared with the C++ front end), so the names agree on every member."""
+    return _C.take_name(kind, "", ps_id)
+
+
+@contextlib.contextmanager
+def _refusing(name, ps_id, members=0):
+    """Around the local checks of an op whose name is taken: if they raise, this rank refuses
+    the name (the core's policy), so the ranks that enqueued it fail within a cycle and the
+    next automatic names still agree. `members` > 0: a group's names name.0 .. name.N-1."""
+    try:
+        yield
+    except Exception as e:
+        _C.refuse(name, ps_id, f"{type(e).__name__}: {e}", members)
+        raise
+
+
+def _begin(kind, name, process_set, what):
+    """The process set's id (a rank outside it raises and takes no name) and the op's name."""
+    ps_id = _set_id(process_set, what)
+    return ps_id, _C.take_name(kind, "" if name is None else str(name), ps_id)
 
 
 def _register(c_handles, finish):
@@ -96,11 +114,9 @@ def _resolve_op(average, op, what):
         raise ValueError(f"{what}: pass op or the deprecated average, not both")
     if op is None:
         op = Sum if average is False else Average
-    if op == Adasum:
-        raise ValueError(f"{what}: tessera does not provide Adasum; accepted ops: "
-                         "Average, Sum, Min, Max, Product")
     if op not in _OP_NAMES:
-        raise ValueError(f"{what}: unknown op {op!r}; accepted: Average, Sum, Min, Max, Product")
+        raise ValueError(f"{what}: unknown op {op!r}; accepted: Average, Sum, Min, Max, Product, "
+                         "Adasum")
     return op
 
 
@@ -110,7 +126,7 @@ def _needs_grad(tensor):
 
 
 def _name(name, kind, ps_id):
-    return _auto_name(kind, ps_id) if name is None else str(name)
+    return _C.take_name(kind, "" if name is None else str(name), ps_id)
 
 
 def _wire(tensor, op):
@@ -127,51 +143,54 @@ def _unwire(tensor, dtype):
     return tensor.view(torch.bool) if dtype == torch.bool else tensor
 
 
-def _root(root_rank, ps_id, process_set, what):
-    n = _C.process_set_size(ps_id)
-    if not isinstance(root_rank, int) or not 0 <= root_rank < n:
-        raise ValueError(f"{what}: root_rank {root_rank!r} is not a rank of {process_set!r}; "
-                         f"accepted: 0 to {n - 1}")
+def _root(root_rank, what):
+    """Horovod's root_rank: a rank of the whole job, also on a process set (the core turns it
+    into the set's own rank and refuses one outside the set)."""
+    if isinstance(root_rank, bool) or not isinstance(root_rank, int):
+        raise ValueError(f"{what}: root_rank must be an int (a rank of the whole job), got "
+                         f"{root_rank!r}")
     return root_rank
 
 
 # ---- allreduce ----
 
-def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, inplace):
+def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, inplace,
+                     average=None):
     what = "allreduce_async_" if inplace else "allreduce_async"
-    _check_tensor(tensor, what)
-    ps_id = _set_id(process_set, what)
-    wire, wire_op = _wire(tensor, op)
-    dtype = tensor.dtype
-    if inplace:
-        h = _C.allreduce_async_(wire, _name(name, "allreduce", ps_id), wire_op,
-                                float(prescale_factor), float(postscale_factor), ps_id)
-        return _register([h], lambda outs: tensor)
-    h = _C.allreduce_async(wire, _name(name, "allreduce", ps_id), wire_op,
-                           float(prescale_factor), float(postscale_factor), ps_id)
-    return _register([h], lambda outs: _unwire(outs[0], dtype))
+    ps_id, name = _begin("allreduce", name, process_set, what)
+    with _refusing(name, ps_id):
+        op = _resolve_op(average, op, what)
+        _check_tensor(tensor, what)
+        wire, wire_op = _wire(tensor, op)
+        dtype = tensor.dtype
+        if inplace:
+            h = _C.allreduce_async_(wire, name, wire_op, float(prescale_factor),
+                                    float(postscale_factor), ps_id)
+            return _register([h], lambda outs: tensor)
+        h = _C.allreduce_async(wire, name, wire_op, float(prescale_factor),
+                               float(postscale_factor), ps_id)
+        return _register([h], lambda outs: _unwire(outs[0], dtype))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over the ranks of `process_set` into a new tensor; returns a handle."""
-    op = _resolve_op(average, op, "allreduce_async")
     return _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set,
-                            False)
+                            False, average)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """In place: synchronize() leaves the result in `tensor` and returns it."""
-    op = _resolve_op(average, op, "allreduce_async_")
     return _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set,
-                            True)
+                            True, average)
 
 
 def _reduce_grad(grad, op, prescale, postscale, process_set):
-    if op not in (Average, Sum):
-        raise ValueError(f"allreduce with op {_OP_NAMES[op]} has no gradient; only Average "
-                         "and Sum are differentiable")
+    # Horovod's: the same reduction of the gradients (Adasum's is Adasum's).
+    if op not in (Average, Sum, Adasum):
+        raise ValueError(f"allreduce with op {_OP_NAMES[op]} has no gradient; only Average, "
+                         "Sum and Adasum are differentiable")
     return synchronize(_allreduce_async(grad.contiguous(), None, op, prescale, postscale,
                                         process_set, False))
 
@@ -192,9 +211,11 @@ class _Allreduce(torch.autograd.Function):
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Returns `tensor` reduced over the ranks (Average by default); differentiable."""
-    op = _resolve_op(average, op, "allreduce")
-    _check_tensor(tensor, "allreduce")
-    compressed, ctx = compression.compress(tensor)
+    ps_id, name = _begin("allreduce", name, process_set, "allreduce")
+    with _refusing(name, ps_id):
+        op = _resolve_op(average, op, "allreduce")
+        _check_tensor(tensor, "allreduce")
+        compressed, ctx = compression.compress(tensor)
     if _needs_grad(compressed):
         out = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
                                process_set)
@@ -213,38 +234,38 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 # ---- grouped allreduce: released together and fused ----
 
-def _grouped_allreduce_async(tensors, name, op, prescale, postscale, process_set, inplace):
+def _grouped_allreduce_async(tensors, name, op, prescale, postscale, process_set, inplace,
+                             average=None):
     what = "grouped_allreduce_async_" if inplace else "grouped_allreduce_async"
     tensors = list(tensors)
-    if not tensors:
+    if not tensors:  # before the name: a group's names are its members'
         raise ValueError(f"{what}: needs at least one tensor")
-    for t in tensors:
-        _check_tensor(t, what)
-    if len({t.dtype for t in tensors}) > 1:
-        raise ValueError(f"{what}: every tensor of a group must have one dtype, got "
-                         f"{sorted({str(t.dtype) for t in tensors})}")
-    ps_id = _set_id(process_set, what)
-    base = _name(name, "grouped_allreduce", ps_id)
-    targets = tensors if inplace else [t.detach().clone() for t in tensors]
-    wires = [_wire(t, op) for t in targets]
-    names = [f"{base}.{i}" for i in range(len(targets))]
-    hs = _C.grouped_allreduce_async_([w for w, _ in wires], names, wires[0][1], float(prescale),
-                                     float(postscale), ps_id)
-    return _register(hs, lambda outs: targets)
+    ps_id, base = _begin("grouped_allreduce", name, process_set, what)
+    with _refusing(base, ps_id, len(tensors)):
+        op = _resolve_op(average, op, what)
+        for t in tensors:
+            _check_tensor(t, what)
+        if len({t.dtype for t in tensors}) > 1:
+            raise ValueError(f"{what}: every tensor of a group must have one dtype, got "
+                             f"{sorted({str(t.dtype) for t in tensors})}")
+        targets = tensors if inplace else [t.detach().clone() for t in tensors]
+        wires = [_wire(t, op) for t in targets]
+        names = [f"{base}.{i}" for i in range(len(targets))]
+        hs = _C.grouped_allreduce_async_([w for w, _ in wires], names, wires[0][1],
+                                         float(prescale), float(postscale), ps_id)
+        return _register(hs, lambda outs: targets)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
-    op = _resolve_op(average, op, "grouped_allreduce_async")
     return _grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor,
-                                    process_set, False)
+                                    process_set, False, average)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
-    op = _resolve_op(average, op, "grouped_allreduce_async_")
     return _grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor,
-                                    process_set, True)
+                                    process_set, True, average)
 
 
 class _GroupedAllreduce(torch.autograd.Function):
@@ -257,8 +278,8 @@ class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         op, prescale, postscale, process_set = ctx.args
-        if op not in (Average, Sum):
-            raise ValueError("grouped_allreduce has a gradient only for Average and Sum")
+        if op not in (Average, Sum, Adasum):
+            raise ValueError("grouped_allreduce has a gradient only for Average, Sum and Adasum")
         reduced = synchronize(_grouped_allreduce_async([g.contiguous() for g in grads], None, op,
                                                        prescale, postscale, process_set, False))
         return (None,) * 5 + tuple(reduced)
@@ -266,8 +287,13 @@ class _GroupedAllreduce(torch.autograd.Function):
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    op = _resolve_op(average, op, "grouped_allreduce")
-    pairs = [compression.compress(t) for t in tensors]
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("grouped_allreduce: needs at least one tensor")
+    ps_id, name = _begin("grouped_allreduce", name, process_set, "grouped_allreduce")
+    with _refusing(name, ps_id, len(tensors)):
+        op = _resolve_op(average, op, "grouped_allreduce")
+        pairs = [compression.compress(t) for t in tensors]
     outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
                                    *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
@@ -279,24 +305,53 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                                                 postscale_factor, process_set))
 
 
+# ---- sparse allreduce (Horovod's allgather-based path) ----
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Reduces a sparse COO tensor over the ranks as Horovod does: every rank's indices and
+    values are allgathered (`name`.indices, `name`.values) and form one uncoalesced sparse tensor
+    of the same size (duplicate indices add up when it is coalesced or used); Average divides the
+    values by the set's size. Returns a function that waits and returns that tensor."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise ValueError("sparse_allreduce_async: expected a sparse COO tensor (tensor.is_sparse)")
+    if op not in (Average, Sum):
+        raise ValueError(f"sparse_allreduce_async: accepted ops are Average and Sum, got "
+                         f"{_OP_NAMES.get(op, op)}")
+    base = "sparse_allreduce" if name is None else str(name)
+    # Allgather concatenates along the first dimension: the indices go as [nnz, ndim].
+    indices = _allgather_async(tensor._indices().transpose(0, 1).contiguous(),
+                               f"{base}.indices", process_set)
+    values = _allgather_async(tensor._values().contiguous(), f"{base}.values", process_set)
+
+    def finish():
+        v = synchronize(values)
+        i = synchronize(indices)
+        if op == Average:
+            v = v / process_set.size()
+        return torch.sparse_coo_tensor(i.transpose(0, 1), v, tensor.size())
+    return finish
+
+
 # ---- allgather ----
 
-def _allgather_c(tensor, name, process_set):
-    """The extension's handle of one allgather, and how to turn its tensor into the result."""
+def _allgather_c(tensor, name, ps_id):
+    """The extension's handle of one allgather named `name` (taken), and how to turn its tensor
+    into the result."""
     _check_tensor(tensor, "allgather")
     if tensor.dim() == 0:
         raise ValueError("allgather: the tensor needs at least one dimension (ranks "
                          "concatenate along the first); use tensor.view(1)")
-    ps_id = _set_id(process_set, "allgather")
     dtype = tensor.dtype
     wire = tensor.view(torch.uint8) if dtype == torch.bool else tensor
-    h = _C.allgather_async(wire, _name(name, "allgather", ps_id), ps_id)
+    h = _C.allgather_async(wire, name, ps_id)
     return h, lambda out: _unwire(out, dtype)
 
 
 def _allgather_async(tensor, name, process_set):
-    h, finish = _allgather_c(tensor, name, process_set)
-    return _register([h], lambda outs: finish(outs[0]))
+    ps_id, name = _begin("allgather", name, process_set, "allgather")
+    with _refusing(name, ps_id):
+        h, finish = _allgather_c(tensor, name, ps_id)
+        return _register([h], lambda outs: finish(outs[0]))
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -328,39 +383,80 @@ class _Allgather(torch.autograd.Function):
 
 def allgather(tensor, name=None, process_set=global_process_set):
     """Every rank's tensor concatenated along dimension 0; differentiable."""
-    _check_tensor(tensor, "allgather")
+    ps_id, name = _begin("allgather", name, process_set, "allgather")
+    with _refusing(name, ps_id):
+        _check_tensor(tensor, "allgather")
     if not _needs_grad(tensor):
         return synchronize(_allgather_async(tensor, name, process_set))
     return _Allgather.apply(tensor, name, process_set)
 
 
-def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    base = _name(name, "grouped_allgather", _set_id(process_set, "grouped_allgather"))
-    pairs = [_allgather_c(t, f"{base}.{i}", process_set) for i, t in enumerate(tensors)]
+def _grouped_allgather_async(tensors, name, process_set):
+    tensors = list(tensors)
+    if not tensors:  # before the name: a group's names are its members'
+        raise ValueError("grouped_allgather: needs at least one tensor")
+    ps_id, base = _begin("grouped_allgather", name, process_set, "grouped_allgather")
+    with _refusing(base, ps_id, len(tensors)):
+        for t in tensors:  # every member checked before any is enqueued
+            _check_tensor(t, "grouped_allgather")
+        pairs = [_allgather_c(t, f"{base}.{i}", ps_id) for i, t in enumerate(tensors)]
     return _register([h for h, _ in pairs], lambda outs: [f(o) for o, (_, f) in zip(outs, pairs)])
 
 
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Allgathers each tensor (names `name`.0, .1, ...); synchronize() returns the list."""
+    return _grouped_allgather_async(tensors, name, process_set)
+
+
+class _GroupedAllgather(torch.autograd.Function):
+    # Horovod's gradient, per member: the gradients averaged over the ranks (one grouped
+    # allreduce), this rank's rows of each.
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.rows = [t.shape[0] for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(_grouped_allgather_async(tensors, name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        reduced = synchronize(_grouped_allreduce_async([g.contiguous() for g in grads], None,
+                                                       Average, 1.0, 1.0, ctx.process_set,
+                                                       False))
+        rows = synchronize(_allgather_async(torch.tensor([ctx.rows], dtype=torch.int64), None,
+                                            ctx.process_set))
+        start = rows[:ctx.process_set.rank()].sum(dim=0).tolist()
+        return (None, None) + tuple(r.narrow(0, s, n)
+                                    for r, s, n in zip(reduced, start, ctx.rows))
+
+
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
+    """Every rank's tensors concatenated along dimension 0, member by member; differentiable."""
+    tensors = list(tensors)
+    if not any(_needs_grad(t) for t in tensors):
+        return synchronize(_grouped_allgather_async(tensors, name, process_set))
+    return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
 # ---- broadcast ----
 
 def _broadcast_async(tensor, root_rank, name, process_set, inplace):
     what = "broadcast_async_" if inplace else "broadcast_async"
-    _check_tensor(tensor, what)
-    ps_id = _set_id(process_set, what)
-    root = _root(root_rank, ps_id, process_set, what)
-    dtype = tensor.dtype
-    wire = tensor.view(torch.uint8) if dtype == torch.bool else tensor
-    if inplace:
-        h = _C.broadcast_async_(wire, root, _name(name, "broadcast", ps_id), ps_id)
-        return _register([h], lambda outs: tensor)
-    h = _C.broadcast_async(wire, root, _name(name, "broadcast", ps_id), ps_id)
-    return _register([h], lambda outs: _unwire(outs[0], dtype))
+    ps_id, name = _begin("broadcast", name, process_set, what)
+    with _refusing(name, ps_id):
+        _check_tensor(tensor, what)
+        root = _root(root_rank, what)
+        dtype = tensor.dtype
+        wire = tensor.view(torch.uint8) if dtype == torch.bool else tensor
+        if inplace:
+            h = _C.broadcast_async_(wire, root, name, ps_id)
+            return _register([h], lambda outs: tensor)
+        h = _C.broadcast_async(wire, root, name, ps_id)
+        return _register([h], lambda outs: _unwire(outs[0], dtype))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """root_rank's tensor (root_rank: a rank of the whole job, as in Horovod, also on a process
+    set) on every rank of the set; returns a handle."""
     return _broadcast_async(tensor, root_rank, name, process_set, False)
 
 
@@ -379,14 +475,16 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         reduced = _reduce_grad(grad, Average, 1.0, 1.0, ctx.process_set)
-        if ctx.process_set.rank() != ctx.root:
+        if _C.rank() != ctx.root:  # the root is a rank of the whole job
             reduced = torch.zeros_like(reduced)
         return reduced, None, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """root_rank's tensor on every rank; differentiable."""
-    _check_tensor(tensor, "broadcast")
+    ps_id, name = _begin("broadcast", name, process_set, "broadcast")
+    with _refusing(name, ps_id):
+        _check_tensor(tensor, "broadcast")
     if not _needs_grad(tensor):
         return synchronize(_broadcast_async(tensor, root_rank, name, process_set, False))
     return _Broadcast.apply(tensor, root_rank, name, process_set)
@@ -399,51 +497,75 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 # ---- alltoall ----
 
-def _splits_matrix(splits, rows, process_set):
-    """Every rank's splits, as rows of a [size, size] list (row k: what rank k sends)."""
-    n = process_set.size()
+def _local_splits(tensor, splits, n):
+    """This rank's counts per destination, or ValueError saying what is wrong."""
+    _check_tensor(tensor, "alltoall")
+    if tensor.dim() == 0:
+        raise ValueError("alltoall: the tensor needs at least one dimension")
+    rows = tensor.shape[0]
     if splits is None:
         if rows % n:
             raise ValueError(f"alltoall: without splits the first dimension ({rows}) must divide "
                              f"by the {n} ranks; pass splits for uneven blocks")
-        mine = [rows // n] * n
-    else:
-        mine = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
-        if len(mine) != n or any(s < 0 for s in mine) or sum(mine) != rows:
-            raise ValueError(f"alltoall: splits {mine} must be {n} non-negative counts (one per "
-                             f"rank of the set) adding up to the first dimension, {rows}")
+        return [rows // n] * n
+    mine = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+    if len(mine) != n or any(s < 0 for s in mine) or sum(mine) != rows:
+        raise ValueError(f"alltoall: splits {mine} must be {n} non-negative counts (one per "
+                         f"rank of the set) adding up to the first dimension, {rows}")
+    return mine
+
+
+def _splits_matrix(tensor, splits, name, process_set):
+    """Every rank's splits, as rows of a [size, size] list (row k: what rank k sends). A rank
+    whose arguments are bad still takes part (with a row of -1), so every rank raises, naming
+    it, instead of the others waiting on it."""
+    n = process_set.size()
+    try:
+        mine, problem = _local_splits(tensor, splits, n), None
+    except ValueError as e:
+        mine, problem = [-1] * n, e
     t = torch.tensor([mine], dtype=torch.int64)
-    return synchronize(_allgather_async(t, None, process_set)).tolist()
+    matrix = synchronize(_allgather_async(t, None, process_set)).tolist()
+    if problem is not None:
+        raise problem
+    bad = [r for r, row in enumerate(matrix) if any(s < 0 for s in row)]
+    if bad:
+        raise InvalidArgumentError(
+            f"collective '{name}' failed: {'rank' if len(bad) == 1 else 'ranks'} "
+            f"{', '.join(map(str, bad))} of the set refused their arguments (their own errors "
+            "say why); nothing was sent")
+    return matrix
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    """Sends rows splits[j] of `tensor` to rank j; synchronize() returns (received tensor,
-    received splits). The splits are exchanged first (one small allgather, synchronous)."""
-    _check_tensor(tensor, "alltoall")
-    if tensor.dim() == 0:
-        raise ValueError("alltoall: the tensor needs at least one dimension")
-    ps_id = _set_id(process_set, "alltoall")
-    matrix = _splits_matrix(splits, tensor.shape[0], process_set)
+    """Sends rows splits[j] of `tensor` to rank j of the set; synchronize() returns (received
+    tensor, received splits), as Horovod's. The splits are exchanged first (one small
+    allgather, synchronous)."""
+    ps_id, name = _begin("alltoall", name, process_set, "alltoall")
+    matrix = _splits_matrix(tensor, splits, name, process_set)
     me = process_set.rank()
     received = [row[me] for row in matrix]
     block = max(max(row) for row in matrix)
     dtype = tensor.dtype
-    wire = tensor.view(torch.uint8) if dtype == torch.bool else tensor
-    even = all(s == block for row in matrix for s in row)
-    if not even:  # pad every block to the largest
-        padded = wire.new_zeros((block * len(matrix),) + tuple(wire.shape[1:]))
-        offset = 0
-        for j, s in enumerate(matrix[me]):
-            padded[j * block:j * block + s] = wire[offset:offset + s]
-            offset += s
-        wire = padded
-    h = _C.alltoall_async(wire, _name(name, "alltoall", ps_id), ps_id)
+    with _refusing(name, ps_id):
+        wire = tensor.view(torch.uint8) if dtype == torch.bool else tensor
+        even = all(s == block for row in matrix for s in row)
+        if not even:  # pad every block to the largest
+            padded = wire.new_zeros((block * len(matrix),) + tuple(wire.shape[1:]))
+            offset = 0
+            for j, s in enumerate(matrix[me]):
+                padded[j * block:j * block + s] = wire[offset:offset + s]
+                offset += s
+            wire = padded
+        h = _C.alltoall_async(wire, name, ps_id)
+    # Horovod: the received splits in the dtype of the splits passed, else int32.
+    splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
 
     def finish(outs):
         out = outs[0]
         if not even:
             out = torch.cat([out[j * block:j * block + s] for j, s in enumerate(received)])
-        return _unwire(out, dtype), torch.tensor(received, dtype=torch.int32)
+        return _unwire(out, dtype), torch.tensor(received, dtype=splits_dtype)
     return _register([h], finish)
 
 
@@ -454,19 +576,24 @@ class _Alltoall(torch.autograd.Function):
         out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
         ctx.received = received
         ctx.process_set = process_set
+        if splits is None:
+            return out
         ctx.mark_non_differentiable(received)
         return out, received
 
     @staticmethod
-    def backward(ctx, grad, _):
+    def backward(ctx, grad, *_):
         back, _ = synchronize(alltoall_async(grad.contiguous(), ctx.received, None,
                                              ctx.process_set))
         return back, None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Returns (received tensor, received splits); differentiable."""
-    _check_tensor(tensor, "alltoall")
+    """Horovod's return: the received tensor without `splits`; (received tensor, received
+    splits) with them. Differentiable."""
+    if not _needs_grad(tensor):
+        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        return out if splits is None else (out, received)
     return _Alltoall.apply(tensor, splits, name, process_set)
 
 
@@ -477,7 +604,7 @@ def _scatter_rows(rows, n):
     return [rows // n + (1 if r < rows % n else 0) for r in range(n)]
 
 
-def _reducescatter_prepare(tensor, op, prescale, process_set, what):
+def _reducescatter_prepare(tensor, op, process_set, what):
     _check_tensor(tensor, what)
     if op not in (Average, Sum):
         raise ValueError(f"{what}: accepted ops are Average and Sum, got {_OP_NAMES.get(op, op)}")
@@ -488,7 +615,7 @@ def _reducescatter_prepare(tensor, op, prescale, process_set, what):
                          f"{_ACCEPTED_TEXT[:-6]}")
     n = process_set.size()
     rows = _scatter_rows(tensor.shape[0], n)
-    wire = tensor * prescale if prescale != 1.0 else tensor
+    wire = tensor
     if rows[0] != rows[-1]:  # pad each rank's block to rows[0] rows
         padded = wire.new_zeros((rows[0] * n,) + tuple(wire.shape[1:]))
         offset = 0
@@ -499,65 +626,89 @@ def _reducescatter_prepare(tensor, op, prescale, process_set, what):
     return wire, rows[process_set.rank()]
 
 
-def _reducescatter_finish(out, mine, postscale):
-    out = out[:mine]
-    return out * postscale if postscale != 1.0 else out
-
-
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Reduces over the ranks and leaves rank r its block of rows (the first rows % size ranks
-    one row more); returns a handle."""
-    ps_id = _set_id(process_set, "reducescatter")
-    wire, mine = _reducescatter_prepare(tensor, op, prescale_factor, process_set, "reducescatter")
-    h = _C.reducescatter_async(wire, _name(name, "reducescatter", ps_id), op, ps_id)
-    return _register([h], lambda outs: _reducescatter_finish(outs[0], mine, postscale_factor))
+    one row more); returns a handle. Integer tensors scale as in allreduce."""
+    ps_id, name = _begin("reducescatter", name, process_set, "reducescatter")
+    with _refusing(name, ps_id):
+        wire, mine = _reducescatter_prepare(tensor, op, process_set, "reducescatter")
+        h = _C.reducescatter_async(wire, name, op, ps_id, float(prescale_factor),
+                                   float(postscale_factor))
+        return _register([h], lambda outs: outs[0][:mine])
+
+
+def _reducescatter_grad_scale(op, process_set, prescale, postscale):
+    # Horovod's gradient: the allgather of the blocks' gradients, times the size for Sum and
+    # times both scale factors (for Average it is not divided by the size).
+    return (process_set.size() if op == Sum else 1) * prescale * postscale
 
 
 class _Reducescatter(torch.autograd.Function):
-    # d(block r)/d(input) is the identity on block r's rows (divided by size for Average): the
-    # gradient is the allgather of the blocks' gradients.
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale, postscale):
-        ctx.args = (op, process_set, prescale * postscale)
+        ctx.args = (process_set, _reducescatter_grad_scale(op, process_set, prescale, postscale))
         return synchronize(reducescatter_async(tensor, name, op, process_set, prescale, postscale))
 
     @staticmethod
     def backward(ctx, grad):
-        op, process_set, scale = ctx.args
+        process_set, scale = ctx.args
         full = synchronize(_allgather_async(grad.contiguous(), None, process_set))
-        if op == Average:
-            scale /= process_set.size()
-        return full * scale, None, None, None, None, None
+        return (full * scale if scale != 1 else full), None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     compressed, ctx = compression.compress(tensor)
-    out = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor,
-                               postscale_factor)
+    if _needs_grad(compressed):
+        out = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor,
+                                   postscale_factor)
+    else:
+        out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
+                                              postscale_factor))
     return compression.decompress(out, ctx)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    ps_id = _set_id(process_set, "grouped_reducescatter")
-    prepared = [_reducescatter_prepare(t, op, prescale_factor, process_set,
-                                       "grouped_reducescatter") for t in tensors]
-    if not prepared:
+    tensors = list(tensors)
+    if not tensors:  # before the name: a group's names are its members'
         raise ValueError("grouped_reducescatter: needs at least one tensor")
-    base = _name(name, "grouped_reducescatter", ps_id)
-    hs = _C.grouped_reducescatter_async([w for w, _ in prepared], base, op, ps_id)
-    return _register(hs, lambda outs: [_reducescatter_finish(o, m, postscale_factor)
-                                       for o, (_, m) in zip(outs, prepared)])
+    ps_id, base = _begin("grouped_reducescatter", name, process_set, "grouped_reducescatter")
+    with _refusing(base, ps_id, len(tensors)):
+        prepared = [_reducescatter_prepare(t, op, process_set, "grouped_reducescatter")
+                    for t in tensors]
+        hs = _C.grouped_reducescatter_async([w for w, _ in prepared], base, op, ps_id,
+                                            float(prescale_factor), float(postscale_factor))
+        return _register(hs, lambda outs: [o[:m] for o, (_, m) in zip(outs, prepared)])
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale, postscale, *tensors):
+        ctx.args = (process_set, _reducescatter_grad_scale(op, process_set, prescale, postscale))
+        return tuple(synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
+                                                             prescale, postscale)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        process_set, scale = ctx.args
+        full = synchronize(_grouped_allgather_async([g.contiguous() for g in grads], None,
+                                                    process_set))
+        return (None,) * 5 + tuple(f * scale if scale != 1 else f for f in full)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     pairs = [compression.compress(t) for t in tensors]
-    outs = synchronize(grouped_reducescatter_async([p[0] for p in pairs], name, op, process_set,
-                                                   prescale_factor, postscale_factor))
+    wires = [p[0] for p in pairs]
+    if any(_needs_grad(w) for w in wires):
+        outs = _GroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                           postscale_factor, *wires)
+    else:
+        outs = synchronize(grouped_reducescatter_async(wires, name, op, process_set,
+                                                       prescale_factor, postscale_factor))
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 
@@ -566,7 +717,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called it."""
     # One counter per set: ranks outside a set do not count its barriers.
-    name = _auto_name("tessera.barrier", _set_id(process_set, "barrier"))
+    ps_id, name = _begin("tessera.barrier", None, process_set, "barrier")
     synchronize(_allreduce_async(torch.zeros(1, dtype=torch.int32), name, Sum, 1.0, 1.0,
                                  process_set, True))
 

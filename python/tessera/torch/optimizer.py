@@ -5,10 +5,11 @@ import warnings
 
 import torch
 
-from tessera.torch.basics import global_process_set
+from tessera.torch.basics import _C, global_process_set
 from tessera.torch.compression import Compression
 from tessera.torch.mpi_ops import (Adasum, Average, Sum, _grouped_allreduce_async,
-                                   _allreduce_async, _resolve_op, synchronize)
+                                   _allreduce_async, _resolve_op, sparse_allreduce_async,
+                                   synchronize)
 
 
 def _grad_accumulator(p):
@@ -39,19 +40,22 @@ class _DistributedMixin:
             raise ValueError(f"the optimizer updates {len(missing)} parameter(s) that are not in "
                              "named_parameters; pass model.named_parameters() of every "
                              "parameter the optimizer holds")
-        if op == Adasum:
-            raise ValueError("DistributedOptimizer: tessera does not provide Adasum; "
-                             "accepted ops: Average, Sum")
-        if op not in (Average, Sum):
-            raise ValueError("DistributedOptimizer: op must be Average or Sum")
+        if op not in (Average, Sum, Adasum):
+            raise ValueError("DistributedOptimizer: op must be Average, Sum or Adasum")
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor needs op=Average")
         if backward_passes_per_step < 1:
             raise ValueError(f"backward_passes_per_step must be >= 1, got "
                              f"{backward_passes_per_step}")
         self._names = {id(p): n for n, p in named}
+        # Horovod's attributes that scripts read: parameter -> name, and the options.
+        self._parameter_names = {p: n for n, p in named}
         self._compression = compression
-        self._passes = backward_passes_per_step
+        self.backward_passes_per_step = backward_passes_per_step
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
         self._op = op
         self._prescale = 1.0 / gradient_predivide_factor
         self._postscale = gradient_predivide_factor
@@ -59,11 +63,12 @@ class _DistributedMixin:
         self._process_set = process_set
         self._params = [p for p in params if p.requires_grad]
         self._groups = self._plan_groups(groups)
-        self._delay = {id(p): self._passes for p in self._params}
+        self._delay = {id(p): backward_passes_per_step for p in self._params}
         self._handles = {}      # id(p) -> (handle, compressed tensor, ctx)
         self._group_ready = {}  # group index -> parameters whose gradient is ready
         self._synchronized = False
         self._skip_sync = False
+        self._starting = {}  # op=Adasum: each parameter's value before the step
         self._accumulators = []
         for p in self._params:
             acc = _grad_accumulator(p)
@@ -98,7 +103,8 @@ class _DistributedMixin:
             if id(p) in self._handles and self._handles[id(p)][0] is not None:
                 raise AssertionError(
                     f"gradient of '{self._names[id(p)]}' computed more than "
-                    f"backward_passes_per_step ({self._passes}) times before step() or "
+                    f"backward_passes_per_step ({self.backward_passes_per_step}) times before "
+                    "step() or "
                     "synchronize()")
             self._delay[id(p)] -= 1
             if self._delay[id(p)] == 0:
@@ -107,16 +113,28 @@ class _DistributedMixin:
                 self._handles[id(p)] = (None, None, None)
         return hook
 
+    def set_backward_passes_per_step(self, passes):
+        """Horovod's: from now on, `passes` backward passes are summed before each reduction."""
+        if passes < 1:
+            raise ValueError(f"backward_passes_per_step must be >= 1, got {passes}")
+        self.backward_passes_per_step = passes
+        self._delay = {id(p): passes for p in self._params}
+
     def _wire_grad(self, p):
-        if p.grad.is_sparse:
-            if not self._sparse_as_dense:
-                raise ValueError(f"'{self._names[id(p)]}' has a sparse gradient: pass "
-                                 "sparse_as_dense=True to reduce it as a dense tensor")
-            p.grad = p.grad.to_dense()
-        return self._compression.compress(p.grad)
+        """The tensor that travels for p's gradient, and its compression context. A sparse
+        gradient travels dense with sparse_as_dense (and becomes sparse again after)."""
+        grad = p.grad.to_dense() if p.grad.is_sparse else p.grad
+        return self._compression.compress(grad)
 
     def _ready(self, p):
         gi = self._groups.get(id(p))
+        if p.grad.is_sparse and not self.sparse_as_dense:
+            # Horovod's sparse path: the indices and values allgathered (sparse_allreduce_async),
+            # never in a group; its handle is a function that returns the reduced gradient.
+            h = sparse_allreduce_async(p.grad, f"grad.{self._names[id(p)]}", self._op,
+                                       self._process_set)
+            self._handles[id(p)] = (h, None, None)
+            return
         if gi is None:
             wire, ctx = self._wire_grad(p)
             h = _allreduce_async(wire, f"grad.{self._names[id(p)]}", self._op, self._prescale,
@@ -152,14 +170,19 @@ class _DistributedMixin:
         done = set()
         for p in self._params:
             h, wire, ctx = self._handles[id(p)]
+            if callable(h):  # sparse: the function gathers and returns the reduced gradient
+                p.grad.zero_().add_(h())
+                continue
             if h not in done:
                 synchronize(h)
                 done.add(h)
             out = self._compression.decompress(wire, ctx)
-            if out is not p.grad:
+            if p.grad.is_sparse:  # sparse_as_dense: back to sparse, as Horovod does
+                p.grad.zero_().add_(out.to_sparse())
+            elif out is not p.grad:
                 p.grad.copy_(out)
         self._handles.clear()
-        self._delay = {id(p): self._passes for p in self._params}
+        self._delay = {id(p): self.backward_passes_per_step for p in self._params}
         self._synchronized = True
 
     @contextlib.contextmanager
@@ -178,13 +201,65 @@ class _DistributedMixin:
                               "optimizer.skip_synchronize() to avoid reducing twice")
             self.synchronize()
         self._synchronized = False
-        return super().step(closure)
+        result = super().step(closure)
+        # The core's autotuner (TESSERA_AUTOTUNE=1) counts steps here, as under tessera train.
+        _C.step_done()
+        return result
 
     def zero_grad(self, *args, **kwargs):
         if any(entry[0] is not None for entry in self._handles.values()):
             raise AssertionError("optimizer.zero_grad() while gradients are being reduced: call "
                                  "step() or synchronize() first")
         return super().zero_grad(*args, **kwargs)
+
+
+class _DistributedAdasumMixin(_DistributedMixin):
+    """Horovod's _DistributedAdasumOptimizer: the updates, not the gradients, are combined
+    with Adasum. Once p's gradient is ready, the wrapped optimizer steps p alone; the change it
+    made (its delta) is allreduced with op=Adasum, and synchronize() sets p to its value before
+    the step plus the combined delta. step() is that synchronize() (the wrapped optimizer has
+    stepped already)."""
+
+    def _ready(self, p):
+        start = self._starting.setdefault(id(p), torch.zeros_like(p, requires_grad=False))
+        stashed = [g["params"] for g in self.param_groups]
+        with torch.no_grad():
+            start.copy_(p)
+            for g in self.param_groups:  # the wrapped optimizer's step on p alone
+                g["params"] = [q for q in g["params"] if q is p]
+            try:
+                super(_DistributedMixin, self).step()
+            finally:
+                for g, params in zip(self.param_groups, stashed):
+                    g["params"] = params
+            p.sub_(start)  # p holds its delta until synchronize()
+        wire, ctx = self._compression.compress(p.detach())
+        h = _allreduce_async(wire, f"grad.{self._names[id(p)]}", Adasum, 1.0, 1.0,
+                             self._process_set, True)
+        self._handles[id(p)] = (h, wire, ctx)
+
+    def synchronize(self):
+        for p in self._params:
+            entry = self._handles.get(id(p))
+            if entry is None or entry[0] is None:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                self._ready(p)
+        with torch.no_grad():
+            for p in self._params:
+                h, wire, ctx = self._handles[id(p)]
+                synchronize(h)
+                p.copy_(self._starting[id(p)] + self._compression.decompress(wire, ctx))
+        self._handles.clear()
+        self._delay = {id(p): self.backward_passes_per_step for p in self._params}
+        self._synchronized = True
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        self.synchronize()
+        self._synchronized = False
+        _C.step_done()
+        return loss
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
@@ -200,7 +275,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if groups is None and num_groups:
         groups = num_groups
     op = _resolve_op(None, op, "DistributedOptimizer")
-    cls = type(optimizer.__class__.__name__, (_DistributedMixin, optimizer.__class__),
+    # As Horovod: op=Adasum on more than one rank combines the updates (the delta optimizer);
+    # on one rank it is the plain optimizer's path.
+    adasum = op == Adasum and process_set.size() > 1
+    mixin = _DistributedAdasumMixin if adasum else _DistributedMixin
+    cls = type(optimizer.__class__.__name__, (mixin, optimizer.__class__),
                {"_tessera_wrapped": True})
     wrapped = cls.__new__(cls)
     wrapped.__dict__ = optimizer.__dict__  # the same state, param groups and defaults

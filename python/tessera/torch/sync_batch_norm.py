@@ -1,59 +1,10 @@
 """SyncBatchNorm: batch normalisation with the statistics of the batch concatenated over the
-ranks (local batches may differ in size), and the matching reductions in backward."""
+ranks (local batches may differ in size), and the matching reductions in backward: the module
+here, its math in the core (tessera::sync_batch_norm, an autograd function of its own)."""
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from tessera.torch.basics import global_process_set
-from tessera.torch.mpi_ops import Sum, _allreduce_async, synchronize
-
-
-def _sum_over_ranks(t, process_set):
-    return synchronize(_allreduce_async(t.contiguous(), None, Sum, 1.0, 1.0, process_set, False))
-
-
-def _per_channel(t):
-    """[N, C, ...] -> the dimensions to reduce over (all but C), and C's broadcast shape."""
-    dims = [0] + list(range(2, t.dim()))
-    shape = [1, t.shape[1]] + [1] * (t.dim() - 2)
-    return dims, shape
-
-
-class _SyncBatchNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps, process_set):
-        dims, shape = _per_channel(x)
-        count = torch.tensor([x.numel() / x.shape[1]], dtype=x.dtype)
-        stats = torch.cat([count, x.sum(dims), (x * x).sum(dims)])
-        stats = _sum_over_ranks(stats, process_set)
-        c = x.shape[1]
-        n, total, squares = stats[0], stats[1:1 + c], stats[1 + c:]
-        mean = total / n
-        var = (squares / n - mean * mean).clamp_min(0)  # biased: normalisation uses it
-        invstd = torch.rsqrt(var + eps)
-        xhat = (x - mean.view(shape)) * invstd.view(shape)
-        y = xhat * weight.view(shape) + bias.view(shape) if weight is not None else xhat
-        ctx.save_for_backward(xhat, invstd, weight)
-        ctx.n = n
-        ctx.process_set = process_set
-        ctx.mark_non_differentiable(mean, var)
-        return y, mean, var, n
-
-    @staticmethod
-    def backward(ctx, dy, _mean, _var, _n):
-        xhat, invstd, weight = ctx.saved_tensors
-        dims, shape = _per_channel(dy)
-        sum_dy = dy.sum(dims)
-        sum_dy_xhat = (dy * xhat).sum(dims)
-        dweight = sum_dy_xhat if weight is not None else None
-        dbias = sum_dy if weight is not None else None
-        # The mean and the variance depend on every rank's inputs: their terms of dx need the
-        # sums over every rank.
-        both = _sum_over_ranks(torch.cat([sum_dy, sum_dy_xhat]), ctx.process_set)
-        c = dy.shape[1]
-        g_sum, g_xhat = both[:c] / ctx.n, both[c:] / ctx.n
-        scale = invstd * (weight if weight is not None else 1.0)
-        dx = (dy - g_sum.view(shape) - xhat * g_xhat.view(shape)) * scale.view(shape)
-        return dx, dweight, dbias, None, None
+from tessera.torch.basics import _C, _set_id, global_process_set
 
 
 class SyncBatchNorm(_BatchNorm):
@@ -74,8 +25,11 @@ class SyncBatchNorm(_BatchNorm):
         if not self.training and self.track_running_stats:
             return torch.nn.functional.batch_norm(x, self.running_mean, self.running_var,
                                                   self.weight, self.bias, False, 0.0, self.eps)
-        y, mean, var, n = _SyncBatchNormFunction.apply(x, self.weight, self.bias, self.eps,
-                                                       self.process_set)
+        # The statistics' math and its backward are the core's (src/torch/sync_batch_norm.cc),
+        # the same as C++'s BatchNorm2d with sync: f64 sums over the ranks, on x's device.
+        ps_id = _set_id(self.process_set, "SyncBatchNorm")
+        name = _C.take_name("sync_batch_norm", "", ps_id)
+        y, mean, var, n = _C.sync_batch_norm(x, self.weight, self.bias, self.eps, name, ps_id)
         if self.training and self.track_running_stats:
             self._update_running(mean, var, n)
         return y
