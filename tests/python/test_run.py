@@ -13,13 +13,16 @@ def test_hosts_parse_and_bad_hosts_say_the_form():
 
 
 def test_mpirun_command_places_binds_forwards_and_oversubscribes():
-    env = {"TESSERA_TIMEOUT": "9", "OMP_NUM_THREADS": "1", "PYTHONPATH": "/p", "HOME": "/root"}
+    env = {"TESSERA_TIMEOUT": "9", "OMP_NUM_THREADS": "1", "PYTHONPATH": "/p", "HOME": "/root",
+           "MY_VAR": "x", "OLDPWD": "/", "BASH_FUNC_f%%": "()", "CUDA_VISIBLE_DEVICES": "0",
+           "OMPI_COMM_WORLD_RANK": "3", "HOSTNAME": "here"}
     cmd = run.mpirun_command(4, [], ["python3", "t.py"], env, cpus=2)
     assert cmd[:8] == ["mpirun", "-np", "4", "--bind-to", "none", "--map-by", "slot",
                        "--oversubscribe"]
     assert cmd[-2:] == ["python3", "t.py"]
     forwarded = [cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"]
-    assert forwarded == ["OMP_NUM_THREADS", "PYTHONPATH", "TESSERA_TIMEOUT"]  # not HOME
+    # The whole environment, as horovodrun, less what belongs to this shell or host.
+    assert forwarded == ["HOME", "MY_VAR", "OMP_NUM_THREADS", "PYTHONPATH", "TESSERA_TIMEOUT"]
     cmd = run.mpirun_command(2, [("a", 1), ("b", 1)], ["x"], {}, cpus=64)
     assert "-H" in cmd and cmd[cmd.index("-H") + 1] == "a:1,b:1"
     assert "--oversubscribe" not in cmd
@@ -27,11 +30,72 @@ def test_mpirun_command_places_binds_forwards_and_oversubscribes():
         run.mpirun_command(3, [("a", 1), ("b", 1)], ["x"], {}, cpus=64)
 
 
+def test_horovodrun_options_compose_the_command():
+    env = {}
+    cmd, hosts, _ = run.build(["-np", "2", "-H", "a:2", "--mpi-args", "--mca btl tcp,self -v",
+                               "--network-interface", "eth1", "--output-filename", "/tmp/o",
+                               "--ssh-port", "2222", "--ssh-identity-file", "/k",
+                               "--timeline-filename", "/tmp/t.json", "--autotune", "--verbose",
+                               "python3", "t.py", "--lr", "0.1"], env)
+    assert hosts == [("a", 2)]
+    assert cmd[-4:] == ["python3", "t.py", "--lr", "0.1"]
+    assert cmd[-7:-4] == ["btl", "tcp,self", "-v"]  # --mpi-args split as a shell would
+    joined = " ".join(cmd)
+    assert "--mca btl_tcp_if_include eth1 --mca oob_tcp_if_include eth1" in joined
+    assert "--output-filename /tmp/o" in joined
+    assert cmd[cmd.index("plm_rsh_args") + 1] == "-p 2222 -i /k"
+    assert env["TESSERA_TIMELINE"] == "/tmp/t.json" and env["TESSERA_AUTOTUNE"] == "1"
+    assert env["NCCL_SOCKET_IFNAME"] == "eth1" and env["TESSERA_LOG_LEVEL"] == "info"
+    # A value that starts with '-' or holds a space is the option's, never the program.
+    opts, command = run.parse_args(["-np", "1", "--mpi-args", "--bind-to core", "prog"])
+    assert opts["mpi_args"] == "--bind-to core" and command == ["prog"]
+    opts, command = run.parse_args(["-np=3", "--mpi-args=-x A", "--", "-weird-prog"])
+    assert opts["np"] == "3" and opts["mpi_args"] == "-x A" and command == ["-weird-prog"]
+    with pytest.raises(ValueError, match="unknown option --nope"):
+        run.parse_args(["-np", "1", "--nope", "prog"])
+
+
+def test_hostfile_lines_as_horovod_and_open_mpi_write_them(tmp_path):
+    assert run.parse_hostfile("# cluster\nnode1 slots=4\nnode2:2\n\nnode3  # one\n") == \
+        [("node1", 4), ("node2", 2), ("node3", 1)]
+    for bad in ("node1 slots=0", "node1 slots=x", "node1 cpus=2", ""):
+        with pytest.raises(ValueError, match="line 1|lists no host"):
+            run.parse_hostfile(bad)
+    f = tmp_path / "hosts"
+    f.write_text("localhost slots=2\n")
+    cmd, hosts, _ = run.build(["-np", "2", "--hostfile", str(f), "x"], {})
+    assert hosts == [("localhost", 2)] and cmd[cmd.index("-H") + 1] == "localhost:2"
+    with pytest.raises(ValueError, match="not both"):
+        run.build(["-np", "2", "--hostfile", str(f), "-H", "a:2", "x"], {})
+    with pytest.raises(ValueError, match="No such file"):
+        run.build(["-np", "2", "--hostfile", str(tmp_path / "none"), "x"], {})
+
+
+def test_horovod_knobs_map_to_tessera_settings_and_the_rest_are_named():
+    env = {"HOROVOD_FUSION_THRESHOLD": "67108864", "HOROVOD_CYCLE_TIME": "3.5",
+           "HOROVOD_TIMELINE": "/t.json", "HOROVOD_STALL_CHECK_TIME_SECONDS": "30",
+           "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "120", "HOROVOD_AUTOTUNE": "1",
+           "HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "HOROVOD_LOG_LEVEL": "TRACE",
+           "HOROVOD_CACHE_CAPACITY": "0", "HOROVOD_GPU_OPERATIONS": "NCCL",
+           "HOROVOD_MPI_THREADS_DISABLE": "1", "TESSERA_CYCLE_TIME": "2"}
+    ignored = run.map_horovod_knobs(env)
+    assert ignored == ["HOROVOD_GPU_OPERATIONS", "HOROVOD_MPI_THREADS_DISABLE"]
+    assert env["TESSERA_FUSION_THRESHOLD"] == "67108864"
+    assert env["TESSERA_CYCLE_TIME"] == "2"  # set explicitly: it wins
+    assert env["TESSERA_TIMELINE"] == "/t.json"
+    assert env["TESSERA_STALL_CHECK_TIME"] == "30"
+    assert env["TESSERA_STALL_SHUTDOWN_TIME"] == "120"
+    assert env["TESSERA_AUTOTUNE"] == "1"
+    assert env["TESSERA_ALLREDUCE"] == "hierarchical"
+    assert env["TESSERA_LOG_LEVEL"] == "debug"
+    assert env["TESSERA_CACHE_CAPACITY"] == "0"
+
+
 def test_slurm_allocation_uses_srun_unless_hosts_are_given(monkeypatch):
     monkeypatch.setattr(run.shutil, "which", lambda name: "/usr/bin/" + name)
-    cmd, _ = run.build(["-np", "2", "python3", "t.py"], {"SLURM_JOB_ID": "7"})
+    cmd, _, _ = run.build(["-np", "2", "python3", "t.py"], {"SLURM_JOB_ID": "7"})
     assert cmd == ["srun", "--ntasks", "2", "--mpi=pmix", "python3", "t.py"]
-    cmd, _ = run.build(["-np", "2", "-H", "a:2", "x"], {"SLURM_JOB_ID": "7"})
+    cmd, _, _ = run.build(["-np", "2", "-H", "a:2", "x"], {"SLURM_JOB_ID": "7"})
     assert cmd[0] == "mpirun"
 
 
