@@ -16,10 +16,12 @@
 // outside the set) throws here and tells the other ranks, whose handles fail within a cycle.
 //
 // Tensors: CPU or CUDA, any strides (non-contiguous ones are copied), dtypes f32 f64 f16 bf16
-// i32 i64 u8; others are refused naming the accepted ones. A rank's CUDA tensors are all on one
-// GPU (its first CUDA tensor's). A CUDA collective starts after the work enqueued so far on the
-// caller's current stream (an event, not a host wait), and once synchronize() returns, the
-// current stream's later work sees the result.
+// i32 i64 u8 i8 i16, and bool (Horovod takes them) for allreduce, allgather, broadcast and
+// alltoall: bools travel as bytes and reduce logically (Sum and Max are "or", Min and Product
+// "and"; Average is refused). Others are refused naming the accepted ones. A rank's CUDA tensors
+// are all on one GPU (its first CUDA tensor's). A CUDA collective starts after the work enqueued so
+// far on the caller's current stream (an event, not a host wait), and once synchronize() returns,
+// the current stream's later work sees the result.
 #pragma once
 
 #include <torch/torch.h>
@@ -156,6 +158,7 @@ class TensorHandle {
   torch::Tensor output_;  // what synchronize() returns
   torch::Tensor target_;  // in-place calls: where output_ is copied back (if it is a copy)
   bool allgather_ = false;
+  bool logical_ = false;  // a bool tensor that travelled as bytes: the result is viewed back
   // CUDA tensors: this rank's device and the caller's stream at the call, which waits on the
   // collective's completion before synchronize() returns.
   gpu::Device* device_ = nullptr;
@@ -279,8 +282,14 @@ struct DistributedOptions {
   int groups = 0;
   // Gradients travel in f16 or bf16 and are restored to their dtype after the reduction.
   Compression compression = Compression::kNone;
-  // Average (default) or sum over the ranks.
+  // Average (default) or sum over the ranks (kAdasum: Adasum of the gradients).
   ReduceOp op = ReduceOp::kAverage;
+  // Horovod's: with Average, gradients are divided by this before the sum and multiplied by it
+  // (and divided by the ranks) after.
+  double gradient_predivide_factor = 1.0;
+  // Sparse gradients: reduced dense and made sparse again (true), or Horovod's allgather of
+  // their indices and values (false; such a gradient travels outside the groups).
+  bool sparse_as_dense = false;
   int process_set = 0;
   // Prefix of the collectives' names ("grad." + parameter name).
   std::string prefix = "grad.";
@@ -327,7 +336,7 @@ class DistributedOptimizer {
   // Parameter indices of each group (empty when options.groups == 0). Pure, for tests.
   static std::vector<std::vector<size_t>> plan_groups(size_t num_parameters, int groups);
 
-  struct Impl;  // public for the hook in the .cc; not part of the API
+  struct Impl;  // the core's GradientReducer (torch/gradient_reducer.h)
 
  private:
   torch::optim::Optimizer& optimizer_;

@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "tessera/torch.h"
+#include "torch/gradient_reducer.h"
 #include "torch/op_policy.h"
 
 namespace py = pybind11;
@@ -135,6 +136,45 @@ void bind_sync_batch_norm(py::module_& m) {
       py::arg("process_set"), py::call_guard<py::gil_scoped_release>());
 }
 
+// The DistributedOptimizer's bookkeeping (the core's, torch/gradient_reducer.h): its hooks are
+// C++ hooks on the gradient accumulators, so they run without the GIL. Making one is collective
+// (the ranks' parameters are compared); synchronize() waits with the GIL released and checks for
+// signals every 50 ms.
+void bind_reducer(py::module_& m) {
+  using detail::GradientReducer;
+  py::class_<GradientReducer>(m, "GradientReducer")
+      .def(py::init([](std::vector<std::pair<std::string, torch::Tensor>> params, int passes,
+                       std::vector<std::vector<size_t>> groups, const std::string& compression,
+                       int op, double predivide, bool sparse_as_dense, int ps) {
+             detail::ReducerOptions o;
+             o.backward_passes_per_step = passes;
+             o.groups = std::move(groups);
+             o.compression = parse_compression(compression);
+             o.op = to_op(op);
+             o.gradient_predivide_factor = predivide;
+             o.sparse_as_dense = sparse_as_dense;
+             o.process_set = ps;
+             py::gil_scoped_release release;
+             return std::make_unique<GradientReducer>(std::move(params), std::move(o));
+           }),
+           py::arg("params"), py::arg("backward_passes_per_step"), py::arg("groups"),
+           py::arg("compression"), py::arg("op"), py::arg("gradient_predivide_factor"),
+           py::arg("sparse_as_dense"), py::arg("process_set"))
+      .def("synchronize",
+           [](GradientReducer& r) {
+             py::gil_scoped_release release;
+             r.synchronize([] {
+               py::gil_scoped_acquire acquire;
+               if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+             });
+           })
+      .def("set_backward_passes_per_step", &GradientReducer::set_backward_passes_per_step)
+      .def("set_step", &GradientReducer::set_step)
+      .def("in_flight", &GradientReducer::in_flight)
+      .def("synchronized", &GradientReducer::synchronized)
+      .def("forget_synchronized", &GradientReducer::forget_synchronized);
+}
+
 void bind_collectives(py::module_& m) {
   py::class_<TensorHandle>(m, "Handle")
       .def("poll", &TensorHandle::poll)
@@ -212,5 +252,6 @@ PYBIND11_MODULE(_tessera, m) {
   tessera::python::bind_process(m);
   tessera::python::bind_policy(m);
   tessera::python::bind_sync_batch_norm(m);
+  tessera::python::bind_reducer(m);
   tessera::python::bind_collectives(m);
 }

@@ -30,8 +30,9 @@ DataType to_dtype(c10::ScalarType type, const std::string& tensor_name) {
   }
   throw InvalidArgument("'" + tensor_name + "': tensors of type " +
                         std::string(c10::toString(type)) +
-                        " are not supported; accepted: float32, float64, float16, bfloat16, "
-                        "int32, int64, uint8, int8, int16");
+                        " are not supported; accepted: uint8, int8, int16, int32, int64, "
+                        "float16, bfloat16, float32, float64, and bool for allreduce, "
+                        "allgather, broadcast and alltoall");
 }
 
 c10::ScalarType to_scalar_type(DataType dtype) {

@@ -33,6 +33,18 @@ class TensorOps {
         allgather, use);
     return h;
   }
+  // A handle whose tensors travelled as bytes for a bool tensor: synchronize() views back.
+  static TensorHandle logical(TensorHandle h, bool is_bool) {
+    h.logical_ = is_bool;
+    return h;
+  }
+  static std::vector<TensorHandle> logical(std::vector<TensorHandle> hs,
+                                           const std::vector<torch::Tensor>& tensors) {
+    for (size_t i = 0; i < hs.size(); ++i) {
+      hs[i].logical_ = tensors[i].defined() && tensors[i].scalar_type() == torch::kBool;
+    }
+    return hs;
+  }
   // Enqueues `requests` as one group; handle i keeps ins[i] and outs[i] alive, and an in-place
   // call's targets[i] (else undefined) receives the result.
   static std::vector<TensorHandle> group(std::vector<engine::Request> requests,
@@ -55,6 +67,22 @@ class TensorOps {
 namespace {
 
 std::vector<int64_t> shape_of(const torch::Tensor& t) { return t.sizes().vec(); }
+
+bool is_bool(const torch::Tensor& t) { return t.defined() && t.scalar_type() == torch::kBool; }
+
+// bool tensors travel as bytes, as Horovod takes them: their reductions are logical (Sum and
+// Max are "or", Min and Product "and"); Average and Adasum mean nothing on them. `op` is null
+// for the ops that do not reduce.
+torch::Tensor logical_wire(const torch::Tensor& t, ReduceOp* op) {
+  if (!is_bool(t)) return t;
+  if (op != nullptr) {
+    TESSERA_CHECK(*op != ReduceOp::kAverage && *op != ReduceOp::kAdasum,
+                  "Average is not defined on bool tensors; use Sum (logical or) or Min (logical "
+                  "and)");
+    *op = (*op == ReduceOp::kSum || *op == ReduceOp::kMax) ? ReduceOp::kMax : ReduceOp::kMin;
+  }
+  return t.view(torch::kUInt8);
+}
 
 // A contiguous view of a CPU or CUDA tensor (a copy only when it is not contiguous).
 torch::Tensor contiguous(const torch::Tensor& t, const char* what) {
@@ -105,6 +133,7 @@ torch::Tensor synchronize(TensorHandle& h) {
     if (!bytes.empty()) std::memcpy(out.data_ptr(), bytes.data(), bytes.size());
     h.output_ = out;
   }
+  if (h.logical_) h.output_ = h.output_.view(torch::kBool);
   if (h.target_.defined() && !h.target_.is_same(h.output_)) h.target_.copy_(h.output_);
   h.input_ = torch::Tensor();
   return h.output_;
@@ -113,22 +142,26 @@ torch::Tensor synchronize(TensorHandle& h) {
 TensorHandle allreduce_async(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
                              double prescale, double postscale, int process_set) {
   return detail::attempt("allreduce", name, process_set, [&](const std::string& n) {
-    torch::Tensor in = contiguous(tensor, "allreduce");
+    ReduceOp wire_op = op;
+    torch::Tensor in = logical_wire(contiguous(tensor, "allreduce"), &wire_op);
     torch::Tensor out = torch::empty_like(in);
-    engine::Request r = make_allreduce(n, in, out, op, prescale, postscale, process_set);
+    engine::Request r = make_allreduce(n, in, out, wire_op, prescale, postscale, process_set);
     const detail::DeviceUse use = detail::device_use(in, n);
-    return TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false);
+    return TensorOps::logical(TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false),
+                              is_bool(tensor));
   });
 }
 
 TensorHandle allreduce_async_(torch::Tensor& tensor, const std::string& name, ReduceOp op,
                               double prescale, double postscale, int process_set) {
   return detail::attempt("allreduce", name, process_set, [&](const std::string& n) {
-    torch::Tensor buf = contiguous(tensor, "allreduce_");
+    ReduceOp wire_op = op;
+    torch::Tensor buf = logical_wire(contiguous(tensor, "allreduce_"), &wire_op);
     // The algorithms reduce in place.
-    engine::Request r = make_allreduce(n, buf, buf, op, prescale, postscale, process_set);
+    engine::Request r = make_allreduce(n, buf, buf, wire_op, prescale, postscale, process_set);
     const detail::DeviceUse use = detail::device_use(buf, n);
-    return TensorOps::one(std::move(r), use, buf, buf, tensor, false);
+    return TensorOps::logical(TensorOps::one(std::move(r), use, buf, buf, tensor, false),
+                              is_bool(tensor));
   });
 }
 
@@ -153,14 +186,17 @@ std::vector<TensorHandle> grouped_allreduce_async(const std::vector<torch::Tenso
     std::vector<engine::Request> requests;
     std::vector<torch::Tensor> ins, outs;
     for (size_t i = 0; i < tensors.size(); ++i) {
-      torch::Tensor in = contiguous(tensors[i], "grouped_allreduce");
+      ReduceOp wire_op = op;
+      torch::Tensor in = logical_wire(contiguous(tensors[i], "grouped_allreduce"), &wire_op);
       torch::Tensor out = torch::empty_like(in);
       requests.push_back(
-          make_allreduce(base + "." + std::to_string(i), in, out, op, 1.0, 1.0, process_set));
+          make_allreduce(base + "." + std::to_string(i), in, out, wire_op, 1.0, 1.0, process_set));
       ins.push_back(in);
       outs.push_back(out);
     }
-    return TensorOps::group(std::move(requests), detail::device_use(ins, base), ins, outs, {});
+    return TensorOps::logical(
+        TensorOps::group(std::move(requests), detail::device_use(ins, base), ins, outs, {}),
+        tensors);
   };
   return detail::attempt("grouped_allreduce", name, process_set, start, tensors.size());
 }
@@ -181,12 +217,16 @@ std::vector<TensorHandle> grouped_allreduce_async_(std::vector<torch::Tensor>& t
     std::vector<engine::Request> requests;
     std::vector<torch::Tensor> bufs;
     for (size_t i = 0; i < tensors.size(); ++i) {
-      torch::Tensor buf = contiguous(tensors[i], "grouped_allreduce_");
-      requests.push_back(make_allreduce(names[i], buf, buf, op, prescale, postscale, process_set));
+      ReduceOp wire_op = op;
+      torch::Tensor buf = logical_wire(contiguous(tensors[i], "grouped_allreduce_"), &wire_op);
+      requests.push_back(
+          make_allreduce(names[i], buf, buf, wire_op, prescale, postscale, process_set));
       bufs.push_back(buf);
     }
-    return TensorOps::group(std::move(requests), detail::device_use(bufs, "grouped_allreduce_"),
-                            bufs, bufs, tensors);
+    return TensorOps::logical(
+        TensorOps::group(std::move(requests), detail::device_use(bufs, "grouped_allreduce_"), bufs,
+                         bufs, tensors),
+        tensors);
   } catch (const std::exception& e) {
     detail::refuse(names, process_set, e.what());
     throw;
@@ -205,12 +245,16 @@ std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& t
 TensorHandle allgather_async(const torch::Tensor& tensor, const std::string& name,
                              int process_set) {
   return detail::attempt("allgather", name, process_set, [&](const std::string& n) {
-    torch::Tensor in = contiguous(tensor, "allgather");
-    TESSERA_CHECK(in.dim() >= 1, "allgather needs a tensor with at least one dimension");
+    torch::Tensor in = logical_wire(contiguous(tensor, "allgather"), nullptr);
+    TESSERA_CHECK(in.dim() >= 1,
+                  "allgather needs a tensor with at least one dimension (ranks "
+                  "concatenate along the first); use tensor.view(1)");
     engine::Request r =
         make_request(engine::OpType::kAllgather, n, in, torch::Tensor(), process_set);
     const detail::DeviceUse use = detail::device_use(in, n);
-    return TensorOps::one(std::move(r), use, in, torch::Tensor(), torch::Tensor(), true);
+    return TensorOps::logical(
+        TensorOps::one(std::move(r), use, in, torch::Tensor(), torch::Tensor(), true),
+        is_bool(tensor));
   });
 }
 
@@ -225,10 +269,13 @@ namespace {
 // of the whole job as in Horovod: on a process set it is translated to the set's own rank.
 TensorHandle start_broadcast(const std::string& name, torch::Tensor buf, torch::Tensor target,
                              int root, int process_set) {
+  const bool logical = is_bool(buf);
+  buf = logical_wire(buf, nullptr);
   engine::Request r = make_request(engine::OpType::kBroadcast, name, buf, buf, process_set);
   r.spec.root = detail::set_rank_of(root, process_set, name);
   const detail::DeviceUse use = detail::device_use(buf, name);
-  return TensorOps::one(std::move(r), use, buf, buf, std::move(target), false);
+  return TensorOps::logical(TensorOps::one(std::move(r), use, buf, buf, std::move(target), false),
+                            logical);
 }
 
 }  // namespace
@@ -269,6 +316,9 @@ engine::Request make_reducescatter(const std::string& name, const torch::Tensor&
                                    double prescale, double postscale) {
   TESSERA_CHECK(in.dim() >= 1, "reducescatter '", name,
                 "' needs a tensor with at least one dimension");
+  TESSERA_CHECK(!is_bool(in), "reducescatter '", name,
+                "': bool tensors cannot be reduce-scattered; accepted: uint8, int8, int16, int32, "
+                "int64, float16, bfloat16, float32, float64");
   const int64_t ranks = global_engine().process_set_size(process_set);
   std::vector<int64_t> shape = shape_of(in);
   shape[0] = shape[0] / ranks;
@@ -314,11 +364,12 @@ std::vector<TensorHandle> grouped_reducescatter_async(const std::vector<torch::T
 
 TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name, int process_set) {
   return detail::attempt("alltoall", name, process_set, [&](const std::string& n) {
-    torch::Tensor in = contiguous(tensor, "alltoall");
+    torch::Tensor in = logical_wire(contiguous(tensor, "alltoall"), nullptr);
     torch::Tensor out = torch::empty_like(in);
     engine::Request r = make_request(engine::OpType::kAlltoall, n, in, out, process_set);
     const detail::DeviceUse use = detail::device_use(in, n);
-    return TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false);
+    return TensorOps::logical(TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false),
+                              is_bool(tensor));
   });
 }
 

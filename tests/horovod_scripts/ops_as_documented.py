@@ -27,8 +27,10 @@ assert hvd.broadcast(torch.tensor([rank]), root_rank=0).item() == 0
 t = torch.tensor([rank])
 hvd.broadcast_(t, root_rank=size - 1)
 assert t.item() == size - 1
-# alltoall returns the received tensor and the received splits.
-out, splits = hvd.alltoall(torch.arange(size) + 10 * rank)
+# alltoall returns the received tensor; with splits given, the received splits too.
+out = hvd.alltoall(torch.arange(size) + 10 * rank)
+assert out.tolist() == [10 * r + rank for r in range(size)]
+out, splits = hvd.alltoall(torch.arange(size) + 10 * rank, splits=torch.ones(size, dtype=torch.int32))
 assert out.tolist() == [10 * r + rank for r in range(size)] and splits.tolist() == [1] * size
 # reducescatter: each rank gets its block of the reduced tensor.
 rs = hvd.reducescatter(torch.ones(2 * size, 1), op=hvd.Sum)

@@ -552,8 +552,9 @@ TEST_F(EngineTest, BadInputIsRefusedAtTheCall) {
   EXPECT_THROW(engine.enqueue_allreduce("null", nullptr, y, DataType::kFloat32, {4}),
                InvalidArgument);
   EXPECT_THROW(engine.enqueue_allreduce("neg", x, y, DataType::kFloat32, {-4}), InvalidArgument);
-  int32_t i[4];
-  EXPECT_THROW(engine.enqueue_allreduce("iavg", i, i, DataType::kInt32, {4}, ReduceOp::kAverage),
+  // Adasum combines floating-point tensors only (integer averages are Horovod's: below).
+  int32_t i[4] = {5, -5, 3, 1};
+  EXPECT_THROW(engine.enqueue_allreduce("iada", i, i, DataType::kInt32, {4}, ReduceOp::kAdasum),
                InvalidArgument);
   // A NaN scale would differ from itself in every comparison (found by fuzz_wire).
   EXPECT_THROW(
@@ -564,6 +565,13 @@ TEST_F(EngineTest, BadInputIsRefusedAtTheCall) {
   float a = 1, b = 0;
   engine.enqueue_allreduce("fine", &a, &b, DataType::kFloat32, {1}, ReduceOp::kSum).wait(30);
   EXPECT_EQ(b, static_cast<float>(world_->size()));
+  // An integer average: the sum scaled by 1/n in double and truncated toward zero (Horovod).
+  int32_t avg[4];
+  const int n = world_->size();
+  engine.enqueue_allreduce("iavg", i, avg, DataType::kInt32, {4}, ReduceOp::kAverage).wait(30);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(avg[k], static_cast<int32_t>(static_cast<double>(i[k] * n) * (1.0 / n))) << k;
+  }
   if (world_->size() == 1) return;  // alone, a tensor completes at once: nothing stays in flight
   // A name only this rank uses never completes, so the second enqueue is surely in flight.
   const std::string dup = "dup." + std::to_string(world_->rank());

@@ -74,11 +74,11 @@ TEST_F(TorchTest, AutomaticNamesAreCountedPerKindAndProcessSet) {
 
 TEST_F(TorchTest, ARankRefusingItsArgumentsFailsEveryRankAndTheEngineGoesOn) {
   if (n() < 2) GTEST_SKIP() << "needs 2 ranks";
-  // The last rank passes a bool tensor (refused locally: the accepted dtypes are named there);
-  // the others enqueue. Nobody waits for the stall time.
+  // The last rank passes a complex tensor (refused locally: the accepted dtypes are named
+  // there); the others enqueue. Nobody waits for the stall time.
   const int last = n() - 1;
   auto call = [&] {
-    const torch::Tensor t = r() == last ? torch::ones({2}, torch::kBool) : torch::ones({2});
+    const torch::Tensor t = r() == last ? torch::ones({2}, torch::kComplexFloat) : torch::ones({2});
     allreduce(t, "", ReduceOp::kSum);
   };
   std::vector<std::string> fragments = {"allreduce.set0.noname."};

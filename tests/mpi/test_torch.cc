@@ -97,11 +97,20 @@ TEST_F(TorchTest, BroadcastAndAlltoall) {
 
 TEST_F(TorchTest, BadInputAndDisagreementAreErrorsOnEveryRank) {
   try {
-    allreduce(torch::ones({2}, torch::kBool), "bool");
+    allreduce(torch::ones({2}, torch::kComplexFloat), "complex");
     FAIL();
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("accepted: float32"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("accepted: uint8, int8, int16"), std::string::npos);
   }
+  // bool travels as bytes and reduces logically (Horovod takes bool tensors): Sum is "or".
+  const torch::Tensor flags = torch::tensor({r() == 0, false});
+  EXPECT_TRUE(torch::equal(allreduce(flags, "bool", ReduceOp::kSum), torch::tensor({true, false})));
+  EXPECT_TRUE(
+      torch::equal(allreduce(flags, "bool.and", ReduceOp::kMin), torch::tensor({n() == 1, false})));
+  const torch::Tensor gathered = allgather(flags, "bool.gather");  // rank 0's first
+  EXPECT_EQ(gathered.scalar_type(), torch::kBool);
+  EXPECT_TRUE(torch::equal(gathered.slice(0, 0, 2), torch::tensor({true, false})));
+  EXPECT_THROW(allreduce(flags, "bool.avg"), InvalidArgument);
   if (n() < 2) return;
   // Rank 0 sends 3 elements, the others 4: every rank fails naming the tensor.
   try {

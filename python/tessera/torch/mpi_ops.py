@@ -6,8 +6,8 @@ Semantics follow Horovod's documentation; where it is silent, Horovod's source
 (src/torch/op_policy.h): the name is taken once the process set is known, and a rank whose
 arguments fail its checks refuses that name, so the ranks that enqueued it fail within a cycle.
 Where tessera decides, it says so here:
-  - bool tensors travel as bytes; their reductions are logical: Sum and Max are "or", Min and
-    Product are "and".
+  - bool tensors (the core's rule) travel as bytes; their reductions are logical: Sum and Max
+    are "or", Min and Product are "and".
   - alltoall with uneven splits and reducescatter with a first dimension that does not divide
     by the ranks pad each block to the largest one (zeros) and cut the padding off after.
 """
@@ -29,9 +29,6 @@ Adasum = _C.ReduceOp_Adasum  # the core's (comm/adasum_allreduce.cc): CPU, 2^k r
 
 _OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product",
              Adasum: "Adasum"}
-_ACCEPTED = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-             torch.bfloat16, torch.float32, torch.float64, torch.bool)
-_ACCEPTED_TEXT = ("uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool")
 
 # Handles: Horovod's are integers. Each maps to the extension's handles and a function that
 # turns their tensors into the result. The lock guards the map only, never a wait.
@@ -93,20 +90,17 @@ def synchronize(handle):
 
 
 def _check_tensor(tensor, what):
+    """What only Python can say: the object is not a tensor, or a kind the core cannot take
+    (the core checks dtypes, shapes and devices, for both front ends)."""
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.dtype not in _ACCEPTED:
-        raise ValueError(f"{what}: tensors of dtype {tensor.dtype} are not supported; accepted: "
-                         f"{_ACCEPTED_TEXT}")
     if tensor.is_sparse:
-        raise ValueError(f"{what}: sparse tensors are not supported; pass tensor.to_dense()")
+        raise ValueError(f"{what}: sparse tensors are not supported; pass tensor.to_dense() "
+                         "(or reduce sparse gradients with sparse_allreduce_async)")
     if tensor.device.type == "cuda" and not _C.cuda_built:
         raise ValueError(f"{what}: the tensor is on {tensor.device}, but this build of tessera "
                          "takes CPU tensors only (cuda_built() is False: built without CUDA or "
                          "against a torch without it): move it with .cpu()")
-    if tensor.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"{what}: the tensor is on {tensor.device}; tessera takes CPU and CUDA "
-                         "tensors")
 
 
 def _resolve_op(average, op, what):
@@ -129,20 +123,6 @@ def _name(name, kind, ps_id):
     return _C.take_name(kind, "" if name is None else str(name), ps_id)
 
 
-def _wire(tensor, op):
-    """bool tensors travel as uint8 with the logical op; others as they are."""
-    if tensor.dtype != torch.bool:
-        return tensor, op
-    if op == Average:
-        raise ValueError("Average is not defined on bool tensors; use Sum (logical or) or Min "
-                         "(logical and)")
-    return tensor.view(torch.uint8), (Max if op in (Sum, Max) else Min)
-
-
-def _unwire(tensor, dtype):
-    return tensor.view(torch.bool) if dtype == torch.bool else tensor
-
-
 def _root(root_rank, what):
     """Horovod's root_rank: a rank of the whole job, also on a process set (the core turns it
     into the set's own rank and refuses one outside the set)."""
@@ -161,15 +141,13 @@ def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, proces
     with _refusing(name, ps_id):
         op = _resolve_op(average, op, what)
         _check_tensor(tensor, what)
-        wire, wire_op = _wire(tensor, op)
-        dtype = tensor.dtype
         if inplace:
-            h = _C.allreduce_async_(wire, name, wire_op, float(prescale_factor),
+            h = _C.allreduce_async_(tensor, name, op, float(prescale_factor),
                                     float(postscale_factor), ps_id)
             return _register([h], lambda outs: tensor)
-        h = _C.allreduce_async(wire, name, wire_op, float(prescale_factor),
-                               float(postscale_factor), ps_id)
-        return _register([h], lambda outs: _unwire(outs[0], dtype))
+        h = _C.allreduce_async(tensor, name, op, float(prescale_factor), float(postscale_factor),
+                               ps_id)
+        return _register([h], lambda outs: outs[0])
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -249,10 +227,9 @@ def _grouped_allreduce_async(tensors, name, op, prescale, postscale, process_set
             raise ValueError(f"{what}: every tensor of a group must have one dtype, got "
                              f"{sorted({str(t.dtype) for t in tensors})}")
         targets = tensors if inplace else [t.detach().clone() for t in tensors]
-        wires = [_wire(t, op) for t in targets]
         names = [f"{base}.{i}" for i in range(len(targets))]
-        hs = _C.grouped_allreduce_async_([w for w, _ in wires], names, wires[0][1],
-                                         float(prescale), float(postscale), ps_id)
+        hs = _C.grouped_allreduce_async_(targets, names, op, float(prescale), float(postscale),
+                                         ps_id)
         return _register(hs, lambda outs: targets)
 
 
@@ -341,10 +318,8 @@ def _allgather_c(tensor, name, ps_id):
     if tensor.dim() == 0:
         raise ValueError("allgather: the tensor needs at least one dimension (ranks "
                          "concatenate along the first); use tensor.view(1)")
-    dtype = tensor.dtype
-    wire = tensor.view(torch.uint8) if dtype == torch.bool else tensor
-    h = _C.allgather_async(wire, name, ps_id)
-    return h, lambda out: _unwire(out, dtype)
+    h = _C.allgather_async(tensor, name, ps_id)
+    return h, lambda out: out
 
 
 def _allgather_async(tensor, name, process_set):
@@ -445,13 +420,11 @@ def _broadcast_async(tensor, root_rank, name, process_set, inplace):
     with _refusing(name, ps_id):
         _check_tensor(tensor, what)
         root = _root(root_rank, what)
-        dtype = tensor.dtype
-        wire = tensor.view(torch.uint8) if dtype == torch.bool else tensor
         if inplace:
-            h = _C.broadcast_async_(wire, root, name, ps_id)
+            h = _C.broadcast_async_(tensor, root, name, ps_id)
             return _register([h], lambda outs: tensor)
-        h = _C.broadcast_async(wire, root, name, ps_id)
-        return _register([h], lambda outs: _unwire(outs[0], dtype))
+        h = _C.broadcast_async(tensor, root, name, ps_id)
+        return _register([h], lambda outs: outs[0])
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -546,9 +519,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     me = process_set.rank()
     received = [row[me] for row in matrix]
     block = max(max(row) for row in matrix)
-    dtype = tensor.dtype
     with _refusing(name, ps_id):
-        wire = tensor.view(torch.uint8) if dtype == torch.bool else tensor
+        wire = tensor
         even = all(s == block for row in matrix for s in row)
         if not even:  # pad every block to the largest
             padded = wire.new_zeros((block * len(matrix),) + tuple(wire.shape[1:]))
@@ -565,7 +537,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         out = outs[0]
         if not even:
             out = torch.cat([out[j * block:j * block + s] for j, s in enumerate(received)])
-        return _unwire(out, dtype), torch.tensor(received, dtype=splits_dtype)
+        return out, torch.tensor(received, dtype=splits_dtype)
     return _register([h], finish)
 
 
@@ -610,9 +582,6 @@ def _reducescatter_prepare(tensor, op, process_set, what):
         raise ValueError(f"{what}: accepted ops are Average and Sum, got {_OP_NAMES.get(op, op)}")
     if tensor.dim() == 0:
         raise ValueError(f"{what}: the tensor needs at least one dimension")
-    if tensor.dtype == torch.bool:
-        raise ValueError(f"{what}: bool tensors cannot be reduce-scattered; accepted: "
-                         f"{_ACCEPTED_TEXT[:-6]}")
     n = process_set.size()
     rows = _scatter_rows(tensor.shape[0], n)
     wire = tensor

@@ -1,20 +1,62 @@
 """DistributedOptimizer: wraps any torch.optim optimizer so that step() applies gradients
-reduced over the ranks, each gradient's allreduce starting as soon as backward produced it."""
+reduced over the ranks, each gradient's allreduce starting as soon as backward produced it.
+
+The bookkeeping (hooks on the gradient accumulators, backward_passes_per_step, groups,
+compression, gradient_predivide_factor, sparse gradients, unused parameters) is the core's
+GradientReducer, the same as tessera::DistributedOptimizer's in C++ (src/torch/
+gradient_reducer.h); this module keeps the Python object around it and Horovod's Adasum
+delta optimizer, which steps the wrapped Python optimizer per parameter inside its hooks."""
 import contextlib
 import warnings
 
 import torch
 
-from tessera.torch.basics import _C, global_process_set
+from tessera.torch.basics import _C, _set_id, global_process_set
 from tessera.torch.compression import Compression
-from tessera.torch.mpi_ops import (Adasum, Average, Sum, _grouped_allreduce_async,
-                                   _allreduce_async, _resolve_op, sparse_allreduce_async,
-                                   synchronize)
+from tessera.torch.mpi_ops import Adasum, Average, Sum, _allreduce_async, _resolve_op, synchronize
+
+_COMPRESSION = {Compression.none: "none", Compression.fp16: "fp16", Compression.bf16: "bf16"}
 
 
-def _grad_accumulator(p):
-    # The AccumulateGrad node of a leaf: its hooks run once the gradient is in p.grad.
-    return p.expand_as(p).grad_fn.next_functions[0][0]
+def _named(optimizer, named_parameters):
+    """(name, parameter) of every parameter the optimizer holds that requires a gradient, in
+    the optimizer's order, checked against named_parameters."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    if named_parameters is None:
+        named = [(f"param.{i}", p) for i, p in enumerate(params)]
+    else:
+        named = list(named_parameters)
+        if named and not isinstance(named[0], tuple):
+            raise ValueError("named_parameters must be (name, parameter) pairs, as "
+                             "model.named_parameters() gives")
+    names = [n for n, _ in named]
+    if len(set(names)) != len(names):
+        raise ValueError("named_parameters lists a name twice: "
+                         f"{sorted({n for n in names if names.count(n) > 1})}")
+    name_of = {id(p): n for n, p in named}
+    missing = [i for i, p in enumerate(params) if id(p) not in name_of]
+    if missing:
+        raise ValueError(f"the optimizer updates {len(missing)} parameter(s) that are not in "
+                         "named_parameters; pass model.named_parameters() of every parameter "
+                         "the optimizer holds")
+    return [(name_of[id(p)], p) for p in params if p.requires_grad], named
+
+
+def _group_indices(groups, params):
+    """`groups`: an int (that many contiguous groups, in the optimizer's order) or lists of
+    parameters. Returns index lists into `params`."""
+    if groups is None or groups == 0:
+        return []
+    if isinstance(groups, int):
+        n = len(params)
+        k = min(groups, n)
+        bounds = [n * i // k for i in range(k + 1)]
+        return [list(range(bounds[i], bounds[i + 1])) for i in range(k)]
+    index = {id(p): i for i, p in enumerate(params)}
+    try:
+        return [[index[id(p)] for p in group] for group in groups]
+    except KeyError:
+        raise ValueError("groups list a parameter the optimizer does not update") from None
 
 
 class _DistributedMixin:
@@ -22,167 +64,39 @@ class _DistributedMixin:
 
     def _tessera_setup(self, named_parameters, compression, backward_passes_per_step, op,
                        gradient_predivide_factor, groups, sparse_as_dense, process_set):
-        params = [p for g in self.param_groups for p in g["params"]]
-        if named_parameters is None:
-            named = [(f"param.{i}", p) for i, p in enumerate(params)]
-        else:
-            named = list(named_parameters)
-            if named and not isinstance(named[0], tuple):
-                raise ValueError("named_parameters must be (name, parameter) pairs, as "
-                                 "model.named_parameters() gives")
-        names = [n for n, _ in named]
-        if len(set(names)) != len(names):
-            raise ValueError("named_parameters lists a name twice: "
-                             f"{sorted({n for n in names if names.count(n) > 1})}")
-        known = {id(p) for _, p in named}
-        missing = [i for i, p in enumerate(params) if id(p) not in known]
-        if missing:
-            raise ValueError(f"the optimizer updates {len(missing)} parameter(s) that are not in "
-                             "named_parameters; pass model.named_parameters() of every "
-                             "parameter the optimizer holds")
-        if op not in (Average, Sum, Adasum):
-            raise ValueError("DistributedOptimizer: op must be Average, Sum or Adasum")
-        if gradient_predivide_factor != 1.0 and op != Average:
-            raise ValueError("gradient_predivide_factor needs op=Average")
-        if backward_passes_per_step < 1:
-            raise ValueError(f"backward_passes_per_step must be >= 1, got "
-                             f"{backward_passes_per_step}")
-        self._names = {id(p): n for n, p in named}
+        trainable, named = _named(self, named_parameters)
+        if compression not in _COMPRESSION:
+            raise ValueError(f"compression {compression!r} is not one tessera's core runs; "
+                             "accepted: Compression.none, Compression.fp16, Compression.bf16")
+        self._set_attributes(named, backward_passes_per_step, op, gradient_predivide_factor,
+                             sparse_as_dense, process_set)
+        self._params = [p for _, p in trainable]
+        self._reducer = _C.GradientReducer(
+            trainable, backward_passes_per_step, _group_indices(groups, self._params),
+            _COMPRESSION[compression], op, float(gradient_predivide_factor),
+            bool(sparse_as_dense), _set_id(process_set, "DistributedOptimizer"))
+
+    def _set_attributes(self, named, passes, op, predivide, sparse_as_dense, process_set):
         # Horovod's attributes that scripts read: parameter -> name, and the options.
         self._parameter_names = {p: n for n, p in named}
-        self._compression = compression
-        self.backward_passes_per_step = backward_passes_per_step
+        self.backward_passes_per_step = passes
         self.op = op
-        self.gradient_predivide_factor = gradient_predivide_factor
+        self.gradient_predivide_factor = predivide
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
-        self._op = op
-        self._prescale = 1.0 / gradient_predivide_factor
-        self._postscale = gradient_predivide_factor
-        self._sparse_as_dense = sparse_as_dense
-        self._process_set = process_set
-        self._params = [p for p in params if p.requires_grad]
-        self._groups = self._plan_groups(groups)
-        self._delay = {id(p): backward_passes_per_step for p in self._params}
-        self._handles = {}      # id(p) -> (handle, compressed tensor, ctx)
-        self._group_ready = {}  # group index -> parameters whose gradient is ready
         self._synchronized = False
         self._skip_sync = False
-        self._starting = {}  # op=Adasum: each parameter's value before the step
-        self._accumulators = []
-        for p in self._params:
-            acc = _grad_accumulator(p)
-            acc.register_hook(self._make_hook(p))
-            self._accumulators.append(acc)  # the hook lives as long as its node
-
-    def _plan_groups(self, groups):
-        """Parameter id -> group index. `groups`: an int (that many contiguous groups, in the
-        optimizer's order) or lists of parameters; parameters in no group go alone."""
-        if groups is None or groups == 0:
-            return {}
-        if isinstance(groups, int):
-            n = len(self._params)
-            k = min(groups, n)
-            bounds = [n * i // k for i in range(k + 1)]
-            lists = [self._params[bounds[i]:bounds[i + 1]] for i in range(k)]
-        else:
-            lists = [list(g) for g in groups]
-        plan = {}
-        for gi, members in enumerate(lists):
-            for p in members:
-                if id(p) in plan:
-                    raise ValueError("groups list a parameter twice")
-                plan[id(p)] = gi
-        self._group_members = lists
-        return plan
-
-    def _make_hook(self, p):
-        def hook(*unused):
-            if p.grad is None:
-                return
-            if id(p) in self._handles and self._handles[id(p)][0] is not None:
-                raise AssertionError(
-                    f"gradient of '{self._names[id(p)]}' computed more than "
-                    f"backward_passes_per_step ({self.backward_passes_per_step}) times before "
-                    "step() or "
-                    "synchronize()")
-            self._delay[id(p)] -= 1
-            if self._delay[id(p)] == 0:
-                self._ready(p)
-            else:
-                self._handles[id(p)] = (None, None, None)
-        return hook
 
     def set_backward_passes_per_step(self, passes):
         """Horovod's: from now on, `passes` backward passes are summed before each reduction."""
-        if passes < 1:
-            raise ValueError(f"backward_passes_per_step must be >= 1, got {passes}")
+        self._reducer.set_backward_passes_per_step(passes)
         self.backward_passes_per_step = passes
-        self._delay = {id(p): passes for p in self._params}
-
-    def _wire_grad(self, p):
-        """The tensor that travels for p's gradient, and its compression context. A sparse
-        gradient travels dense with sparse_as_dense (and becomes sparse again after)."""
-        grad = p.grad.to_dense() if p.grad.is_sparse else p.grad
-        return self._compression.compress(grad)
-
-    def _ready(self, p):
-        gi = self._groups.get(id(p))
-        if p.grad.is_sparse and not self.sparse_as_dense:
-            # Horovod's sparse path: the indices and values allgathered (sparse_allreduce_async),
-            # never in a group; its handle is a function that returns the reduced gradient.
-            h = sparse_allreduce_async(p.grad, f"grad.{self._names[id(p)]}", self._op,
-                                       self._process_set)
-            self._handles[id(p)] = (h, None, None)
-            return
-        if gi is None:
-            wire, ctx = self._wire_grad(p)
-            h = _allreduce_async(wire, f"grad.{self._names[id(p)]}", self._op, self._prescale,
-                                 self._postscale, self._process_set, True)
-            self._handles[id(p)] = (h, wire, ctx)
-            return
-        ready = self._group_ready.setdefault(gi, [])
-        ready.append(p)
-        members = self._group_members[gi]
-        if len(ready) < len(members):
-            self._handles[id(p)] = (None, None, None)
-            return
-        wires = [self._wire_grad(q) for q in members]
-        h = _grouped_allreduce_async([w for w, _ in wires], f"grad.group.{gi}", self._op,
-                                     self._prescale, self._postscale, self._process_set, True)
-        for q, (w, ctx) in zip(members, wires):
-            self._handles[id(q)] = (h, w, ctx)
-        del self._group_ready[gi]
 
     def synchronize(self):
         """Waits for every gradient's reduction and leaves the results in .grad. Parameters
         whose gradient never came (unused this step) reduce zeros, so every rank runs the same
         collectives."""
-        for p in self._params:
-            entry = self._handles.get(id(p))
-            if entry is not None and entry[0] is not None:
-                continue
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            waiting = self._group_ready.get(self._groups.get(id(p)), [])
-            if not any(q is p for q in waiting):
-                self._ready(p)
-        done = set()
-        for p in self._params:
-            h, wire, ctx = self._handles[id(p)]
-            if callable(h):  # sparse: the function gathers and returns the reduced gradient
-                p.grad.zero_().add_(h())
-                continue
-            if h not in done:
-                synchronize(h)
-                done.add(h)
-            out = self._compression.decompress(wire, ctx)
-            if p.grad.is_sparse:  # sparse_as_dense: back to sparse, as Horovod does
-                p.grad.zero_().add_(out.to_sparse())
-            elif out is not p.grad:
-                p.grad.copy_(out)
-        self._handles.clear()
-        self._delay = {id(p): self.backward_passes_per_step for p in self._params}
+        self._reducer.synchronize()
         self._synchronized = True
 
     @contextlib.contextmanager
@@ -207,21 +121,52 @@ class _DistributedMixin:
         return result
 
     def zero_grad(self, *args, **kwargs):
-        if any(entry[0] is not None for entry in self._handles.values()):
+        if self._reducer.in_flight():
             raise AssertionError("optimizer.zero_grad() while gradients are being reduced: call "
                                  "step() or synchronize() first")
         return super().zero_grad(*args, **kwargs)
 
 
+def _grad_accumulator(p):
+    # The AccumulateGrad node of a leaf: its hooks run once the gradient is in p.grad.
+    return p.expand_as(p).grad_fn.next_functions[0][0]
+
+
 class _DistributedAdasumMixin(_DistributedMixin):
     """Horovod's _DistributedAdasumOptimizer: the updates, not the gradients, are combined
-    with Adasum. Once p's gradient is ready, the wrapped optimizer steps p alone; the change it
-    made (its delta) is allreduced with op=Adasum, and synchronize() sets p to its value before
-    the step plus the combined delta. step() is that synchronize() (the wrapped optimizer has
-    stepped already)."""
+    with Adasum. Once p's gradient is ready (the last of backward_passes_per_step passes), the
+    wrapped optimizer steps p alone; the change it made is allreduced with op=Adasum, and
+    synchronize() sets p to its value before the step plus the combined change. Its hooks are
+    Python's: they run the Python optimizer."""
+
+    def _tessera_setup(self, named_parameters, compression, backward_passes_per_step, op,
+                       gradient_predivide_factor, groups, sparse_as_dense, process_set):
+        trainable, named = _named(self, named_parameters)
+        self._set_attributes(named, backward_passes_per_step, op, gradient_predivide_factor,
+                             sparse_as_dense, process_set)
+        self._compression = compression
+        self._params = [p for _, p in trainable]
+        self._names = {id(p): n for n, p in trainable}
+        self._delay = {id(p): backward_passes_per_step for p in self._params}
+        self._starting = {id(p): torch.zeros_like(p, requires_grad=False) for p in self._params}
+        self._handles = {}
+        self._accumulators = []
+        for p in self._params:
+            acc = _grad_accumulator(p)
+            acc.register_hook(self._make_hook(p))
+            self._accumulators.append(acc)  # the hook lives as long as its node
+
+    def _make_hook(self, p):
+        def hook(*unused):
+            if p.grad is None or id(p) in self._handles:
+                return
+            self._delay[id(p)] -= 1
+            if self._delay[id(p)] == 0:
+                self._ready(p)
+        return hook
 
     def _ready(self, p):
-        start = self._starting.setdefault(id(p), torch.zeros_like(p, requires_grad=False))
+        start = self._starting[id(p)]
         stashed = [g["params"] for g in self.param_groups]
         with torch.no_grad():
             start.copy_(p)
@@ -235,13 +180,18 @@ class _DistributedAdasumMixin(_DistributedMixin):
             p.sub_(start)  # p holds its delta until synchronize()
         wire, ctx = self._compression.compress(p.detach())
         h = _allreduce_async(wire, f"grad.{self._names[id(p)]}", Adasum, 1.0, 1.0,
-                             self._process_set, True)
+                             self.process_set, True)
         self._handles[id(p)] = (h, wire, ctx)
+
+    def set_backward_passes_per_step(self, passes):
+        if passes < 1:
+            raise ValueError(f"backward_passes_per_step must be >= 1, got {passes}")
+        self.backward_passes_per_step = passes
+        self._delay = {id(p): passes for p in self._params}
 
     def synchronize(self):
         for p in self._params:
-            entry = self._handles.get(id(p))
-            if entry is None or entry[0] is None:
+            if id(p) not in self._handles:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
                 self._ready(p)
@@ -261,6 +211,9 @@ class _DistributedAdasumMixin(_DistributedMixin):
         _C.step_done()
         return loss
 
+    def zero_grad(self, *args, **kwargs):
+        return super(_DistributedMixin, self).zero_grad(*args, **kwargs)
+
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
@@ -269,12 +222,15 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     """Wraps `optimizer` (any torch.optim.Optimizer): the result is an instance of a subclass
     of its class sharing its state and param groups, whose step() first waits for the
     gradients' allreduces (started by hooks during backward) and applies their average.
+    Collective: the ranks' parameters (names, shapes, dtypes) are compared once.
 
     backward_passes_per_step: local passes summed before one reduction. groups: an int or lists
     of parameters reduced together (num_groups is Horovod's older name for the int)."""
     if groups is None and num_groups:
         groups = num_groups
     op = _resolve_op(None, op, "DistributedOptimizer")
+    if op not in (Average, Sum, Adasum):
+        raise ValueError("DistributedOptimizer: op must be Average, Sum or Adasum")
     # As Horovod: op=Adasum on more than one rank combines the updates (the delta optimizer);
     # on one rank it is the plain optimizer's path.
     adasum = op == Adasum and process_set.size() > 1
