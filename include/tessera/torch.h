@@ -149,6 +149,8 @@ class TensorHandle {
   // Blocks up to `seconds`; true once done (then synchronize() returns at once). Never throws.
   bool wait_for(double seconds) const { return handle_.wait_for(seconds); }
   const std::string& name() const { return handle_.name(); }
+  // alltoall with splits: the rows received from each rank of the set, in rank order.
+  const std::vector<int64_t>& received_splits() const { return received_; }
 
  private:
   friend class TensorOps;
@@ -159,6 +161,11 @@ class TensorHandle {
   torch::Tensor target_;  // in-place calls: where output_ is copied back (if it is a copy)
   bool allgather_ = false;
   bool logical_ = false;  // a bool tensor that travelled as bytes: the result is viewed back
+  // Uneven blocks travel padded to `block_` rows: synchronize() keeps received_[j] rows of
+  // block j (alltoall), or the first keep_rows_ rows (reducescatter; -1: all).
+  std::vector<int64_t> received_;
+  int64_t block_ = 0;
+  int64_t keep_rows_ = -1;
   // CUDA tensors: this rank's device and the caller's stream at the call, which waits on the
   // collective's completion before synchronize() returns.
   gpu::Device* device_ = nullptr;
@@ -215,16 +222,20 @@ torch::Tensor& broadcast_(torch::Tensor& tensor, int root, const std::string& na
 // In place, asynchronous: synchronize() leaves root's values in `tensor`.
 TensorHandle broadcast_async_(torch::Tensor& tensor, int root, const std::string& name = "",
                               int process_set = 0);
-// Dimension 0 (divisible by the number of ranks) is cut into size() blocks; block j goes to
-// rank j, and the result holds the blocks received, in rank order.
+// Rows splits[j] of `tensor` (dimension 0) go to rank j of the set, and the result holds the
+// rows received, in rank order (received_splits() says how many from each). Empty splits:
+// dimension 0 cut into size() equal blocks (it must divide). The splits are exchanged first
+// (one small allgather, synchronous): a rank whose splits are bad still takes part, so every
+// rank raises naming it and nothing is sent; uneven blocks travel padded to the largest.
 TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name = "",
-                            int process_set = 0);
+                            int process_set = 0, const std::vector<int64_t>& splits = {});
 torch::Tensor alltoall(const torch::Tensor& tensor, const std::string& name = "",
                        int process_set = 0);
 
-// Dimension 0 (divisible by the number of ranks) is cut into size() blocks; rank j receives
-// block j reduced over the ranks (sum, average, min, max, product). prescale / postscale as for
-// allreduce (integer tensors: scaled in double, truncated toward zero, as Horovod's).
+// Dimension 0 is cut into size() blocks, the first (rows % size) one row longer (Horovod's
+// split); rank j receives block j reduced over the ranks (sum, average, min, max, product).
+// prescale / postscale as for allreduce (integer tensors: scaled in double, truncated toward
+// zero, as Horovod's). Uneven blocks travel padded with zeros to the longest.
 TensorHandle reducescatter_async(const torch::Tensor& tensor, const std::string& name = "",
                                  ReduceOp op = ReduceOp::kAverage, int process_set = 0,
                                  double prescale = 1.0, double postscale = 1.0);
@@ -235,8 +246,28 @@ std::vector<TensorHandle> grouped_reducescatter_async(const std::vector<torch::T
                                                       int process_set = 0, double prescale = 1.0,
                                                       double postscale = 1.0);
 
-// Root's bytes on every rank (any length; the others pass anything, e.g. ""). Collective.
-std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name);
+// Horovod's sparse allreduce: every rank's indices and values of a sparse COO tensor are
+// allgathered (`name`.indices, `name`.values; `name` empty: the next automatic one) into one
+// uncoalesced sparse tensor of the same size, whose duplicate indices add up when it is
+// coalesced or used; Average (or Sum) divides the values by the set's size.
+struct SparseHandle {
+  TensorHandle indices, values;
+  std::vector<int64_t> size;
+  double scale = 1.0;
+};
+SparseHandle sparse_allreduce_async(const torch::Tensor& tensor, const std::string& name = "",
+                                    ReduceOp op = ReduceOp::kAverage, int process_set = 0);
+// Waits for both allgathers and returns the sparse tensor.
+torch::Tensor synchronize(SparseHandle& handle);
+
+// Root's bytes on every rank of the set (any length; the others pass anything, e.g. "");
+// `root` is a rank of the whole job. Collective; names `name`.bytes and `name`.data.
+std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name,
+                            int process_set = 0);
+// Every rank's bytes (any lengths), in the set's rank order. Collective; names `name`.size and
+// `name`.data.
+std::vector<std::string> allgather_bytes(const std::string& bytes, const std::string& name,
+                                         int process_set = 0);
 
 // Uneven data: a rank whose data ran out calls join() and waits there until every rank has.
 // Meanwhile it takes part in the other ranks' allreduces (DistributedOptimizer's gradients)

@@ -179,7 +179,8 @@ void bind_collectives(py::module_& m) {
   py::class_<TensorHandle>(m, "Handle")
       .def("poll", &TensorHandle::poll)
       .def("wait", &wait_handle)
-      .def_property_readonly("name", &TensorHandle::name);
+      .def_property_readonly("name", &TensorHandle::name)
+      .def_property_readonly("received_splits", &TensorHandle::received_splits);
   m.def("allreduce_async",
         [](const torch::Tensor& t, const std::string& name, int op, double pre, double post,
            int ps) { return allreduce_async(t, name, to_op(op), pre, post, ps); });
@@ -200,9 +201,42 @@ void bind_collectives(py::module_& m) {
   m.def("broadcast_async_", [](torch::Tensor& t, int root, const std::string& name, int ps) {
     return broadcast_async_(t, root, name, ps);
   });
-  m.def("alltoall_async", [](const torch::Tensor& t, const std::string& name, int ps) {
-    return alltoall_async(t, name, ps);
+  py::class_<SparseHandle>(m, "SparseHandle").def("wait", [](SparseHandle& h) {
+    wait_interruptibly(h.indices);
+    wait_interruptibly(h.values);
+    py::gil_scoped_release release;
+    return synchronize(h);
   });
+  // Objects travel pickled (Python's part) as bytes (the core's).
+  m.def("broadcast_bytes", [](const py::bytes& data, int root, const std::string& name, int ps) {
+    std::string in = data;
+    std::string out;
+    {
+      py::gil_scoped_release release;
+      out = broadcast_bytes(in, root, name, ps);
+    }
+    return py::bytes(out);
+  });
+  m.def("allgather_bytes", [](const py::bytes& data, const std::string& name, int ps) {
+    std::string in = data;
+    std::vector<std::string> out;
+    {
+      py::gil_scoped_release release;
+      out = allgather_bytes(in, name, ps);
+    }
+    py::list result;
+    for (const std::string& b : out) result.append(py::bytes(b));
+    return result;
+  });
+  m.def("sparse_allreduce_async",
+        [](const torch::Tensor& t, const std::string& name, int op, int ps) {
+          return sparse_allreduce_async(t, name, to_op(op), ps);
+        });
+  m.def(
+      "alltoall_async",
+      [](const torch::Tensor& t, const std::string& name, int ps,
+         const std::vector<int64_t>& splits) { return alltoall_async(t, name, ps, splits); },
+      py::call_guard<py::gil_scoped_release>());  // exchanging the splits waits
   m.def("reducescatter_async",
         [](const torch::Tensor& t, const std::string& name, int op, int ps, double pre,
            double post) { return reducescatter_async(t, name, to_op(op), ps, pre, post); });

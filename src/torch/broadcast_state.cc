@@ -11,13 +11,32 @@
 
 namespace tessera {
 // The length first (the engine needs equal shapes everywhere), then the data.
-std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name) {
+std::string broadcast_bytes(const std::string& bytes, int root, const std::string& name,
+                            int process_set) {
   torch::Tensor len = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64);
-  broadcast_(len, root, name + ".bytes");
+  broadcast_(len, root, name + ".bytes", process_set);
   torch::Tensor buf = torch::empty({len.item<int64_t>()}, torch::kUInt8);
   if (rank() == root && !bytes.empty()) std::memcpy(buf.data_ptr(), bytes.data(), bytes.size());
-  broadcast_(buf, root, name + ".data");
+  broadcast_(buf, root, name + ".data", process_set);
   return std::string(static_cast<const char*>(buf.data_ptr()), static_cast<size_t>(buf.numel()));
+}
+
+std::vector<std::string> allgather_bytes(const std::string& bytes, const std::string& name,
+                                         int process_set) {
+  torch::Tensor mine = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  if (!bytes.empty()) std::memcpy(mine.data_ptr(), bytes.data(), bytes.size());
+  const torch::Tensor sizes =
+      allgather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kInt64), name + ".size",
+                process_set);
+  const torch::Tensor data = allgather(mine, name + ".data", process_set);
+  std::vector<std::string> out;
+  const char* at = static_cast<const char*>(data.data_ptr());
+  for (int64_t k = 0; k < sizes.numel(); ++k) {
+    const size_t n = static_cast<size_t>(sizes[k].item<int64_t>());
+    out.emplace_back(at, n);
+    at += n;
+  }
+  return out;
 }
 
 void broadcast_parameters(torch::nn::Module& module, int root) {

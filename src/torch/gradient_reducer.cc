@@ -25,7 +25,8 @@ struct GradientReducer::Impl {
     bool enqueued = false;  // its reduction is in flight
     bool gathered = false;  // a sparse gradient on Horovod's allgather path
     torch::Tensor wire;     // what travels: .grad itself, or its compressed or dense copy
-    TensorHandle handle, indices, values;
+    TensorHandle handle;
+    SparseHandle gathered_handle;  // Horovod's sparse path
   };
 
   ReducerOptions options;
@@ -81,9 +82,9 @@ struct PollAbort {
   std::exception_ptr error;
 };
 
-// Waits for `h` in slices, calling `poll` between them, and returns its result. A rank lost
-// meanwhile ends the wait with the liveness monitor's line.
-torch::Tensor wait(TensorHandle& h, const std::function<void()>& poll) {
+// Waits until `h` is done, in slices, calling `poll` between them. A rank lost meanwhile ends the
+// wait with the liveness monitor's line.
+void wait_done(const TensorHandle& h, const std::function<void()>& poll) {
   while (!h.wait_for(kPollSeconds)) {
     const std::string lost = lost_peer_error();
     if (!lost.empty()) throw Error(lost);
@@ -94,6 +95,10 @@ torch::Tensor wait(TensorHandle& h, const std::function<void()>& poll) {
       throw PollAbort{std::current_exception()};
     }
   }
+}
+
+torch::Tensor wait(TensorHandle& h, const std::function<void()>& poll) {
+  wait_done(h, poll);
   return tessera::synchronize(h);
 }
 
@@ -157,8 +162,7 @@ GradientReducer::~GradientReducer() {
     if (!p.enqueued) continue;
     try {
       if (p.gathered) {
-        tessera::synchronize(p.indices);
-        tessera::synchronize(p.values);
+        tessera::synchronize(p.gathered_handle);
       } else {
         tessera::synchronize(p.handle);
       }
@@ -189,13 +193,8 @@ torch::Tensor GradientReducer::Impl::wire_of(Param& p) {
 }
 
 void GradientReducer::Impl::enqueue_gathered(Param& p) {
-  // Horovod's sparse path: allgather concatenates along the first dimension, so the indices
-  // travel as [nnz, dims].
-  const torch::Tensor grad = p.tensor.grad().coalesce();
-  p.indices = allgather_async(grad.indices().t().contiguous(), options.prefix + p.name + ".indices",
-                              options.process_set);
-  p.values = allgather_async(grad.values().contiguous(), options.prefix + p.name + ".values",
-                             options.process_set);
+  p.gathered_handle = sparse_allreduce_async(p.tensor.grad(), options.prefix + p.name, options.op,
+                                             options.process_set);
   p.gathered = true;
   p.enqueued = true;
 }
@@ -300,11 +299,9 @@ void GradientReducer::Impl::finish(Param& p, const std::function<void()>& poll) 
   torch::Tensor& grad = p.tensor.mutable_grad();
   torch::NoGradGuard no_grad;
   if (p.gathered) {
-    const torch::Tensor indices = wait(p.indices, poll), values = wait(p.values, poll);
-    const double scale =
-        options.op == ReduceOp::kAverage ? 1.0 / process_set_size(options.process_set) : 1.0;
-    grad.zero_().add_(
-        torch::sparse_coo_tensor(indices.t(), values * scale, grad.sizes(), grad.options()));
+    wait_done(p.gathered_handle.indices, poll);
+    wait_done(p.gathered_handle.values, poll);
+    grad.zero_().add_(tessera::synchronize(p.gathered_handle));
   } else {
     const torch::Tensor reduced = wait(p.handle, poll);
     if (grad.is_sparse()) {  // sparse_as_dense: back to sparse, as Horovod does

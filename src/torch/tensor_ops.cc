@@ -2,12 +2,15 @@
 // when it is not), enqueues on the engine and returns a handle that keeps the tensors alive.
 // CUDA tensors go through the engine's device path (torch/device_tensors.h).
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "engine/engine.h"
 #include "tessera/torch.h"
 #include "torch/context.h"
 #include "torch/device_tensors.h"
 #include "torch/dtype_map.h"
+#include "torch/uneven_blocks.h"
 
 namespace tessera {
 
@@ -31,6 +34,14 @@ class TensorOps {
     TensorHandle h;
     set(h, global_engine().enqueue(std::move(r)), std::move(in), std::move(out), std::move(target),
         allgather, use);
+    return h;
+  }
+  // Uneven blocks (torch/uneven_blocks.h): what synchronize() keeps of the padded result.
+  static TensorHandle uneven(TensorHandle h, std::vector<int64_t> received, int64_t block,
+                             int64_t keep_rows) {
+    h.received_ = std::move(received);
+    h.block_ = block;
+    h.keep_rows_ = keep_rows;
     return h;
   }
   // A handle whose tensors travelled as bytes for a bool tensor: synchronize() views back.
@@ -133,6 +144,12 @@ torch::Tensor synchronize(TensorHandle& h) {
     if (!bytes.empty()) std::memcpy(out.data_ptr(), bytes.data(), bytes.size());
     h.output_ = out;
   }
+  if (!h.received_.empty()) {
+    const bool even = std::all_of(h.received_.begin(), h.received_.end(),
+                                  [&](int64_t rows) { return rows == h.block_; });
+    if (!even) h.output_ = detail::unpad_blocks(h.output_, h.received_, h.block_);
+  }
+  if (h.keep_rows_ >= 0) h.output_ = h.output_.narrow(0, 0, h.keep_rows_);
   if (h.logical_) h.output_ = h.output_.view(torch::kBool);
   if (h.target_.defined() && !h.target_.is_same(h.output_)) h.target_.copy_(h.output_);
   h.input_ = torch::Tensor();
@@ -310,20 +327,28 @@ TensorHandle broadcast_async_(torch::Tensor& tensor, int root, const std::string
 
 namespace {
 
-// Output: dimension 0 divided by the set's ranks (the engine checks that it divides).
-engine::Request make_reducescatter(const std::string& name, const torch::Tensor& in,
-                                   torch::Tensor* out, ReduceOp op, int process_set,
-                                   double prescale, double postscale) {
-  TESSERA_CHECK(in.dim() >= 1, "reducescatter '", name,
+// A reduce-scatter of `*in` (replaced by its padded copy when the ranks do not divide its first
+// dimension: Horovod's split, the first rows % n ranks one row longer); *keep_rows is how many
+// rows of the output are this rank's (-1: all).
+engine::Request make_reducescatter(const std::string& name, torch::Tensor* in, torch::Tensor* out,
+                                   ReduceOp op, int process_set, double prescale, double postscale,
+                                   int64_t* keep_rows) {
+  TESSERA_CHECK(in->dim() >= 1, "reducescatter '", name,
                 "' needs a tensor with at least one dimension");
-  TESSERA_CHECK(!is_bool(in), "reducescatter '", name,
+  TESSERA_CHECK(!is_bool(*in), "reducescatter '", name,
                 "': bool tensors cannot be reduce-scattered; accepted: uint8, int8, int16, int32, "
                 "int64, float16, bfloat16, float32, float64");
-  const int64_t ranks = global_engine().process_set_size(process_set);
-  std::vector<int64_t> shape = shape_of(in);
-  shape[0] = shape[0] / ranks;
-  *out = torch::empty(shape, in.options());
-  engine::Request r = make_request(engine::OpType::kReduceScatter, name, in, *out, process_set);
+  const int ranks = process_set_size(process_set);
+  const std::vector<int64_t> counts = detail::scatter_rows(in->size(0), ranks);
+  *keep_rows = -1;
+  if (counts.front() != counts.back()) {
+    *in = detail::pad_blocks(*in, counts, counts.front());
+    *keep_rows = counts[static_cast<size_t>(process_set_rank(process_set))];
+  }
+  std::vector<int64_t> shape = shape_of(*in);
+  shape[0] = counts.front();
+  *out = torch::empty(shape, in->options());
+  engine::Request r = make_request(engine::OpType::kReduceScatter, name, *in, *out, process_set);
   r.spec.reduce_op = op;
   r.spec.prescale = prescale;
   r.spec.postscale = postscale;
@@ -337,9 +362,12 @@ TensorHandle reducescatter_async(const torch::Tensor& tensor, const std::string&
   return detail::attempt("reducescatter", name, process_set, [&](const std::string& n) {
     torch::Tensor in = contiguous(tensor, "reducescatter");
     torch::Tensor out;
-    engine::Request r = make_reducescatter(n, in, &out, op, process_set, prescale, postscale);
+    int64_t keep = -1;
+    engine::Request r =
+        make_reducescatter(n, &in, &out, op, process_set, prescale, postscale, &keep);
     const detail::DeviceUse use = detail::device_use(in, n);
-    return TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false);
+    return TensorOps::uneven(TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false), {},
+                             0, keep);
   });
 }
 
@@ -351,26 +379,116 @@ std::vector<TensorHandle> grouped_reducescatter_async(const std::vector<torch::T
     TESSERA_CHECK(!tensors.empty(), "grouped_reducescatter needs at least one tensor");
     std::vector<engine::Request> requests;
     std::vector<torch::Tensor> ins, outs;
+    std::vector<int64_t> keeps;
     for (size_t i = 0; i < tensors.size(); ++i) {
       ins.push_back(contiguous(tensors[i], "grouped_reducescatter"));
       outs.emplace_back();
-      requests.push_back(make_reducescatter(base + "." + std::to_string(i), ins.back(),
-                                            &outs.back(), op, process_set, prescale, postscale));
+      keeps.push_back(-1);
+      requests.push_back(make_reducescatter(base + "." + std::to_string(i), &ins.back(),
+                                            &outs.back(), op, process_set, prescale, postscale,
+                                            &keeps.back()));
     }
-    return TensorOps::group(std::move(requests), detail::device_use(ins, base), ins, outs, {});
+    std::vector<TensorHandle> hs =
+        TensorOps::group(std::move(requests), detail::device_use(ins, base), ins, outs, {});
+    for (size_t i = 0; i < hs.size(); ++i) hs[i] = TensorOps::uneven(hs[i], {}, 0, keeps[i]);
+    return hs;
   };
   return detail::attempt("grouped_reducescatter", name, process_set, start, tensors.size());
 }
 
-TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name, int process_set) {
+namespace {
+
+// Every rank's splits, row k what rank k sends (one small allgather). A rank whose splits are bad
+// still takes part, with a row of -1, so that every rank raises, naming it, instead of the others
+// waiting on it; that rank raises its own error.
+std::vector<std::vector<int64_t>> exchange_splits(const torch::Tensor& t,
+                                                  const std::vector<int64_t>& splits,
+                                                  const std::string& name, int process_set) {
+  const int n = process_set_size(process_set);
+  std::vector<int64_t> mine(static_cast<size_t>(n), -1);
+  std::exception_ptr problem;
+  try {
+    TESSERA_CHECK(t.dim() >= 1, "alltoall needs a tensor with at least one dimension");
+    mine = detail::checked_splits(t.size(0), n, splits);
+  } catch (const std::exception&) {
+    problem = std::current_exception();
+  }
+  const torch::Tensor all =
+      allgather(torch::tensor(mine, torch::kInt64).view({1, n}), "", process_set);
+  if (problem) std::rethrow_exception(problem);
+  std::vector<std::vector<int64_t>> matrix(static_cast<size_t>(n));
+  std::string bad;
+  for (int k = 0; k < n; ++k) {
+    for (int j = 0; j < n; ++j) {
+      matrix[static_cast<size_t>(k)].push_back(all[k][j].item<int64_t>());
+    }
+    if (matrix[static_cast<size_t>(k)].front() < 0) {
+      bad += (bad.empty() ? "" : ", ") + std::to_string(k);
+    }
+  }
+  TESSERA_CHECK(bad.empty(), "collective '", name, "' failed: rank(s) ", bad,
+                " of the set refused their arguments (their own errors say why); nothing was "
+                "sent");
+  return matrix;
+}
+
+}  // namespace
+
+TensorHandle alltoall_async(const torch::Tensor& tensor, const std::string& name, int process_set,
+                            const std::vector<int64_t>& splits) {
   return detail::attempt("alltoall", name, process_set, [&](const std::string& n) {
+    // Without splits every rank sends equal blocks: nothing to exchange (a rank whose first
+    // dimension does not divide refuses, and one that differs is a shape mismatch).
+    const int ranks = process_set_size(process_set);
+    const std::vector<std::vector<int64_t>> matrix =
+        splits.empty()
+            ? std::vector<std::vector<int64_t>>(
+                  static_cast<size_t>(ranks),
+                  detail::checked_splits(tensor.dim() >= 1 ? tensor.size(0) : -1, ranks, {}))
+            : exchange_splits(tensor, splits, n, process_set);
+    const size_t me = static_cast<size_t>(process_set_rank(process_set));
+    std::vector<int64_t> received;
+    int64_t block = 0;
+    for (const auto& row : matrix) {
+      received.push_back(row[me]);
+      for (int64_t rows : row) block = std::max(block, rows);
+    }
     torch::Tensor in = logical_wire(contiguous(tensor, "alltoall"), nullptr);
+    const std::vector<int64_t>& sent = matrix[me];
+    auto uneven = [&](const std::vector<int64_t>& v) {
+      return std::any_of(v.begin(), v.end(), [&](int64_t rows) { return rows != block; });
+    };
+    if (uneven(sent) || uneven(received)) in = detail::pad_blocks(in, sent, block);
     torch::Tensor out = torch::empty_like(in);
     engine::Request r = make_request(engine::OpType::kAlltoall, n, in, out, process_set);
     const detail::DeviceUse use = detail::device_use(in, n);
-    return TensorOps::logical(TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false),
+    TensorHandle h = TensorOps::one(std::move(r), use, in, out, torch::Tensor(), false);
+    return TensorOps::logical(TensorOps::uneven(std::move(h), received, block, -1),
                               is_bool(tensor));
   });
+}
+
+SparseHandle sparse_allreduce_async(const torch::Tensor& tensor, const std::string& name,
+                                    ReduceOp op, int process_set) {
+  return detail::attempt("sparse_allreduce", name, process_set, [&](const std::string& n) {
+    TESSERA_CHECK(tensor.defined() && tensor.is_sparse(), "sparse_allreduce '", n,
+                  "': expected a sparse COO tensor");
+    TESSERA_CHECK(op == ReduceOp::kAverage || op == ReduceOp::kSum, "sparse_allreduce '", n,
+                  "': accepted ops are Average and Sum, got ", reduce_op_name(op));
+    const torch::Tensor t = tensor.coalesce();
+    SparseHandle h;
+    // Allgather concatenates along the first dimension: the indices travel as [nnz, dims].
+    h.indices = allgather_async(t.indices().t().contiguous(), n + ".indices", process_set);
+    h.values = allgather_async(t.values().contiguous(), n + ".values", process_set);
+    h.size = tensor.sizes().vec();
+    h.scale = op == ReduceOp::kAverage ? 1.0 / process_set_size(process_set) : 1.0;
+    return h;
+  });
+}
+
+torch::Tensor synchronize(SparseHandle& h) {
+  const torch::Tensor indices = synchronize(h.indices), values = synchronize(h.values);
+  return torch::sparse_coo_tensor(indices.t(), h.scale != 1.0 ? values * h.scale : values, h.size);
 }
 
 torch::Tensor alltoall(const torch::Tensor& tensor, const std::string& name, int process_set) {

@@ -163,6 +163,45 @@ TEST_F(TorchTest, BroadcastRootIsARankOfTheWholeJobOnAProcessSet) {
   remove_process_set(set);
 }
 
+TEST_F(TorchTest, UnevenAlltoallAndReducescatterAsHorovods) {
+  // Rank i sends i + 2j + 1 rows (values 100 i + j) to rank j: what a rank sends and what it
+  // receives differ, so mixing up the directions shows.
+  std::vector<int64_t> splits;
+  std::vector<torch::Tensor> parts;
+  for (int j = 0; j < n(); ++j) {
+    splits.push_back(r() + 2 * j + 1);
+    parts.push_back(torch::full({splits.back(), 2}, 100 * r() + j, torch::kLong));
+  }
+  TensorHandle h = alltoall_async(torch::cat(parts), "", 0, splits);
+  const torch::Tensor out = synchronize(h);
+  std::vector<int64_t> want_splits;
+  std::vector<torch::Tensor> want;
+  for (int i = 0; i < n(); ++i) {
+    want_splits.push_back(i + 2 * r() + 1);
+    want.push_back(torch::full({want_splits.back(), 2}, 100 * i + r(), torch::kLong));
+  }
+  EXPECT_EQ(h.received_splits(), want_splits);
+  EXPECT_TRUE(torch::equal(out, torch::cat(want)));
+  // Reduce-scatter of 2n + 1 rows: rank q gets rows / n rows, the first rows % n one more.
+  const int64_t rows = 2 * n() + 1;
+  const torch::Tensor x = torch::arange(rows).reshape({rows, 1}) * (r() + 1);
+  TensorHandle rs = reducescatter_async(x, "", ReduceOp::kSum);
+  int64_t start = 0;
+  for (int q = 0; q < r(); ++q) start += rows / n() + (q < rows % n() ? 1 : 0);
+  const int64_t mine = rows / n() + (r() < rows % n() ? 1 : 0);
+  EXPECT_TRUE(torch::equal(synchronize(rs), torch::arange(start, start + mine).reshape({mine, 1}) *
+                                                (n() * (n() + 1) / 2)));
+  if (n() < 2) return;
+  // Bad splits on the last rank: every rank raises, naming it, and nothing waits.
+  const bool last = r() == n() - 1;
+  std::vector<int64_t> bad(static_cast<size_t>(n()), 1);
+  if (last) bad[0] = 7;
+  std::vector<std::string> fragments = {"splits"};
+  if (!last) fragments = {"rank(s) " + std::to_string(n() - 1), "refused"};
+  fails_everywhere_then_works([&] { alltoall_async(torch::ones({n()}), "", 0, bad); }, fragments,
+                              n(), r());
+}
+
 // Adasum's reference in double: neighbours first (step d pairs r and r + d), as the core and
 // Horovod pair them; a coefficient stays 1 where its vector's squared norm is below 1e-8.
 std::vector<double> adasum_reference(std::vector<std::vector<double>> v) {

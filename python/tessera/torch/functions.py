@@ -4,9 +4,8 @@ import pickle
 
 import torch
 
-from tessera.torch.basics import global_process_set
-from tessera.torch.mpi_ops import (_allgather_async, _auto_name, broadcast_, broadcast_async_,
-                                   synchronize)
+from tessera.torch.basics import _C, _set_id, global_process_set
+from tessera.torch.mpi_ops import broadcast_async_, synchronize
 from tessera.torch.optimizer import _DistributedMixin
 
 
@@ -36,32 +35,21 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """root_rank's object (pickled) on every rank. Without a name, one from a counter: every
-    rank of the set must then make its unnamed calls in the same order."""
-    name = name or _auto_name("broadcast_object", process_set.process_set_id)
-    payload = torch.empty(0, dtype=torch.uint8)
-    if process_set.rank() == root_rank:
-        payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
-    length = torch.tensor([payload.numel()], dtype=torch.int64)
-    broadcast_(length, root_rank, f"broadcast_object.{name}.size", process_set)
-    if process_set.rank() != root_rank:
-        payload = torch.empty(int(length.item()), dtype=torch.uint8)
-    broadcast_(payload, root_rank, f"broadcast_object.{name}.data", process_set)
-    return pickle.loads(payload.numpy().tobytes())
+    """root_rank's object (pickled; root_rank a rank of the whole job, as for broadcast) on every
+    rank of the set. Without a name, the next automatic one: every rank of the set must then
+    make its unnamed calls in the same order."""
+    ps_id = _set_id(process_set, "broadcast_object")
+    name = _C.take_name("broadcast_object", "" if name is None else str(name), ps_id)
+    data = pickle.dumps(obj) if _C.rank() == root_rank else b""
+    return pickle.loads(_C.broadcast_bytes(data, root_rank, f"broadcast_object.{name}", ps_id))
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Every rank's object, in rank order."""
-    name = name or _auto_name("allgather_object", process_set.process_set_id)
-    payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
-    sizes = synchronize(_allgather_async(torch.tensor([payload.numel()], dtype=torch.int64),
-                                         f"allgather_object.{name}.size", process_set))
-    data = synchronize(_allgather_async(payload, f"allgather_object.{name}.data", process_set))
-    out, offset = [], 0
-    for n in sizes.tolist():
-        out.append(pickle.loads(data[offset:offset + n].numpy().tobytes()))
-        offset += n
-    return out
+    ps_id = _set_id(process_set, "allgather_object")
+    name = _C.take_name("allgather_object", "" if name is None else str(name), ps_id)
+    return [pickle.loads(b) for b in
+            _C.allgather_bytes(pickle.dumps(obj), f"allgather_object.{name}", ps_id)]
 
 
 class _TensorSlot:
@@ -104,7 +92,7 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     structure = _split_tensors(optimizer.state_dict(), tensors)
     structure = broadcast_object(structure, root_rank, "broadcast_optimizer_state",
                                  process_set)
-    root = process_set.rank() == root_rank
+    root = _C.rank() == root_rank  # a rank of the whole job, as for broadcast
     if not root:
         tensors = []
         _collect_slots(structure, tensors)

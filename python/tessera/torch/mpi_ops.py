@@ -285,28 +285,13 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 # ---- sparse allreduce (Horovod's allgather-based path) ----
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
-    """Reduces a sparse COO tensor over the ranks as Horovod does: every rank's indices and
-    values are allgathered (`name`.indices, `name`.values) and form one uncoalesced sparse tensor
-    of the same size (duplicate indices add up when it is coalesced or used); Average divides the
-    values by the set's size. Returns a function that waits and returns that tensor."""
-    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
-        raise ValueError("sparse_allreduce_async: expected a sparse COO tensor (tensor.is_sparse)")
-    if op not in (Average, Sum):
-        raise ValueError(f"sparse_allreduce_async: accepted ops are Average and Sum, got "
-                         f"{_OP_NAMES.get(op, op)}")
-    base = "sparse_allreduce" if name is None else str(name)
-    # Allgather concatenates along the first dimension: the indices go as [nnz, ndim].
-    indices = _allgather_async(tensor._indices().transpose(0, 1).contiguous(),
-                               f"{base}.indices", process_set)
-    values = _allgather_async(tensor._values().contiguous(), f"{base}.values", process_set)
-
-    def finish():
-        v = synchronize(values)
-        i = synchronize(indices)
-        if op == Average:
-            v = v / process_set.size()
-        return torch.sparse_coo_tensor(i.transpose(0, 1), v, tensor.size())
-    return finish
+    """Horovod's sparse allreduce (the core's): every rank's indices and values allgathered
+    (`name`.indices, `name`.values) into one uncoalesced sparse tensor of the same size;
+    Average divides the values by the set's size. Returns a function that waits and returns
+    that tensor."""
+    ps_id = _set_id(process_set, "sparse_allreduce_async")
+    h = _C.sparse_allreduce_async(tensor, "" if name is None else str(name), op, ps_id)
+    return h.wait
 
 
 # ---- allgather ----
@@ -470,75 +455,28 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 # ---- alltoall ----
 
-def _local_splits(tensor, splits, n):
-    """This rank's counts per destination, or ValueError saying what is wrong."""
-    _check_tensor(tensor, "alltoall")
-    if tensor.dim() == 0:
-        raise ValueError("alltoall: the tensor needs at least one dimension")
-    rows = tensor.shape[0]
-    if splits is None:
-        if rows % n:
-            raise ValueError(f"alltoall: without splits the first dimension ({rows}) must divide "
-                             f"by the {n} ranks; pass splits for uneven blocks")
-        return [rows // n] * n
-    mine = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
-    if len(mine) != n or any(s < 0 for s in mine) or sum(mine) != rows:
-        raise ValueError(f"alltoall: splits {mine} must be {n} non-negative counts (one per "
-                         f"rank of the set) adding up to the first dimension, {rows}")
-    return mine
-
-
-def _splits_matrix(tensor, splits, name, process_set):
-    """Every rank's splits, as rows of a [size, size] list (row k: what rank k sends). A rank
-    whose arguments are bad still takes part (with a row of -1), so every rank raises, naming
-    it, instead of the others waiting on it."""
-    n = process_set.size()
-    try:
-        mine, problem = _local_splits(tensor, splits, n), None
-    except ValueError as e:
-        mine, problem = [-1] * n, e
-    t = torch.tensor([mine], dtype=torch.int64)
-    matrix = synchronize(_allgather_async(t, None, process_set)).tolist()
-    if problem is not None:
-        raise problem
-    bad = [r for r, row in enumerate(matrix) if any(s < 0 for s in row)]
-    if bad:
-        raise InvalidArgumentError(
-            f"collective '{name}' failed: {'rank' if len(bad) == 1 else 'ranks'} "
-            f"{', '.join(map(str, bad))} of the set refused their arguments (their own errors "
-            "say why); nothing was sent")
-    return matrix
-
-
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends rows splits[j] of `tensor` to rank j of the set; synchronize() returns (received
-    tensor, received splits), as Horovod's. The splits are exchanged first (one small
-    allgather, synchronous)."""
+    tensor, received splits), as Horovod's. The core exchanges the splits first (one small
+    allgather, synchronous) and pads uneven blocks."""
     ps_id, name = _begin("alltoall", name, process_set, "alltoall")
-    matrix = _splits_matrix(tensor, splits, name, process_set)
-    me = process_set.rank()
-    received = [row[me] for row in matrix]
-    block = max(max(row) for row in matrix)
-    with _refusing(name, ps_id):
-        wire = tensor
-        even = all(s == block for row in matrix for s in row)
-        if not even:  # pad every block to the largest
-            padded = wire.new_zeros((block * len(matrix),) + tuple(wire.shape[1:]))
-            offset = 0
-            for j, s in enumerate(matrix[me]):
-                padded[j * block:j * block + s] = wire[offset:offset + s]
-                offset += s
-            wire = padded
-        h = _C.alltoall_async(wire, name, ps_id)
+    try:
+        _check_tensor(tensor, "alltoall")
+        mine = [] if splits is None else [
+            int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+    except Exception as e:
+        if splits is None:
+            _C.refuse(name, ps_id, f"{type(e).__name__}: {e}")
+        else:  # the others exchange splits: take part with bad ones, so that every rank raises
+            try:
+                _C.alltoall_async(torch.zeros(0), name, ps_id, [-1] * process_set.size())
+            except Exception:
+                pass
+        raise
+    h = _C.alltoall_async(tensor, name, ps_id, mine)
     # Horovod: the received splits in the dtype of the splits passed, else int32.
-    splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
-
-    def finish(outs):
-        out = outs[0]
-        if not even:
-            out = torch.cat([out[j * block:j * block + s] for j, s in enumerate(received)])
-        return out, torch.tensor(received, dtype=splits_dtype)
-    return _register([h], finish)
+    dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
+    return _register([h], lambda outs: (outs[0], torch.tensor(h.received_splits, dtype=dtype)))
 
 
 class _Alltoall(torch.autograd.Function):
@@ -571,28 +509,10 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 # ---- reducescatter ----
 
-def _scatter_rows(rows, n):
-    """Rows of each rank: the first rows % n ranks get one more (Horovod's split)."""
-    return [rows // n + (1 if r < rows % n else 0) for r in range(n)]
-
-
-def _reducescatter_prepare(tensor, op, process_set, what):
+def _reducescatter_check(tensor, op, what):
     _check_tensor(tensor, what)
     if op not in (Average, Sum):
         raise ValueError(f"{what}: accepted ops are Average and Sum, got {_OP_NAMES.get(op, op)}")
-    if tensor.dim() == 0:
-        raise ValueError(f"{what}: the tensor needs at least one dimension")
-    n = process_set.size()
-    rows = _scatter_rows(tensor.shape[0], n)
-    wire = tensor
-    if rows[0] != rows[-1]:  # pad each rank's block to rows[0] rows
-        padded = wire.new_zeros((rows[0] * n,) + tuple(wire.shape[1:]))
-        offset = 0
-        for r, k in enumerate(rows):
-            padded[r * rows[0]:r * rows[0] + k] = wire[offset:offset + k]
-            offset += k
-        wire = padded
-    return wire, rows[process_set.rank()]
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -601,10 +521,10 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     one row more); returns a handle. Integer tensors scale as in allreduce."""
     ps_id, name = _begin("reducescatter", name, process_set, "reducescatter")
     with _refusing(name, ps_id):
-        wire, mine = _reducescatter_prepare(tensor, op, process_set, "reducescatter")
-        h = _C.reducescatter_async(wire, name, op, ps_id, float(prescale_factor),
+        _reducescatter_check(tensor, op, "reducescatter")
+        h = _C.reducescatter_async(tensor, name, op, ps_id, float(prescale_factor),
                                    float(postscale_factor))
-        return _register([h], lambda outs: outs[0][:mine])
+        return _register([h], lambda outs: outs[0])
 
 
 def _reducescatter_grad_scale(op, process_set, prescale, postscale):
@@ -645,11 +565,11 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
         raise ValueError("grouped_reducescatter: needs at least one tensor")
     ps_id, base = _begin("grouped_reducescatter", name, process_set, "grouped_reducescatter")
     with _refusing(base, ps_id, len(tensors)):
-        prepared = [_reducescatter_prepare(t, op, process_set, "grouped_reducescatter")
-                    for t in tensors]
-        hs = _C.grouped_reducescatter_async([w for w, _ in prepared], base, op, ps_id,
-                                            float(prescale_factor), float(postscale_factor))
-        return _register(hs, lambda outs: [o[:m] for o, (_, m) in zip(outs, prepared)])
+        for t in tensors:
+            _reducescatter_check(t, op, "grouped_reducescatter")
+        hs = _C.grouped_reducescatter_async(tensors, base, op, ps_id, float(prescale_factor),
+                                            float(postscale_factor))
+        return _register(hs, lambda outs: list(outs))
 
 
 class _GroupedReducescatter(torch.autograd.Function):
