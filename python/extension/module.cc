@@ -146,16 +146,15 @@ void bind_reducer(py::module_& m) {
       .def(py::init([](std::vector<std::pair<std::string, torch::Tensor>> params, int passes,
                        std::vector<std::vector<size_t>> groups, const std::string& compression,
                        int op, double predivide, bool sparse_as_dense, int ps) {
-             detail::ReducerOptions o;
+             DistributedOptions o;
              o.backward_passes_per_step = passes;
-             o.groups = std::move(groups);
              o.compression = parse_compression(compression);
              o.op = to_op(op);
              o.gradient_predivide_factor = predivide;
              o.sparse_as_dense = sparse_as_dense;
              o.process_set = ps;
              py::gil_scoped_release release;
-             return std::make_unique<GradientReducer>(std::move(params), std::move(o));
+             return std::make_unique<GradientReducer>(std::move(params), o, std::move(groups));
            }),
            py::arg("params"), py::arg("backward_passes_per_step"), py::arg("groups"),
            py::arg("compression"), py::arg("op"), py::arg("gradient_predivide_factor"),

@@ -17,8 +17,9 @@ Compression parse_compression(const std::string& name) {
 }
 
 struct DistributedOptimizer::Impl {
-  Impl(std::vector<std::pair<std::string, torch::Tensor>> params, detail::ReducerOptions o)
-      : reducer(std::move(params), std::move(o)) {}
+  Impl(std::vector<std::pair<std::string, torch::Tensor>> params, const DistributedOptions& o,
+       std::vector<std::vector<size_t>> groups)
+      : reducer(std::move(params), o, std::move(groups)) {}
   detail::GradientReducer reducer;
 };
 
@@ -53,16 +54,8 @@ DistributedOptimizer::DistributedOptimizer(
   TESSERA_CHECK(in_optimizer <= params.size(), "the optimizer updates ", in_optimizer,
                 " parameters but named_parameters lists ", params.size(),
                 " that require gradients: pass the same module's named_parameters()");
-  detail::ReducerOptions o;
-  o.backward_passes_per_step = options_.backward_passes_per_step;
-  o.groups = plan_groups(params.size(), options_.groups);
-  o.compression = options_.compression;
-  o.op = options_.op;
-  o.gradient_predivide_factor = options_.gradient_predivide_factor;
-  o.sparse_as_dense = options_.sparse_as_dense;
-  o.process_set = options_.process_set;
-  o.prefix = options_.prefix;
-  impl_ = std::make_unique<Impl>(std::move(params), std::move(o));
+  std::vector<std::vector<size_t>> groups = plan_groups(params.size(), options_.groups);
+  impl_ = std::make_unique<Impl>(std::move(params), options_, std::move(groups));
 }
 
 DistributedOptimizer::~DistributedOptimizer() = default;

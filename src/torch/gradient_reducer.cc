@@ -29,7 +29,8 @@ struct GradientReducer::Impl {
     SparseHandle gathered_handle;  // Horovod's sparse path
   };
 
-  ReducerOptions options;
+  DistributedOptions options;
+  std::vector<std::vector<size_t>> groups;  // parameter indices, one grouped allreduce each
   std::vector<Param> params;
   std::vector<size_t> group_ready;  // members whose passes are complete
   mutable std::mutex mu;            // hooks may run on autograd's threads
@@ -102,7 +103,8 @@ torch::Tensor wait(TensorHandle& h, const std::function<void()>& poll) {
   return tessera::synchronize(h);
 }
 
-void check_options(const ReducerOptions& o, size_t n) {
+void check_options(const DistributedOptions& o, const std::vector<std::vector<size_t>>& groups,
+                   size_t n) {
   TESSERA_CHECK(o.backward_passes_per_step >= 1, "backward_passes_per_step must be >= 1, got ",
                 o.backward_passes_per_step);
   TESSERA_CHECK(
@@ -113,7 +115,7 @@ void check_options(const ReducerOptions& o, size_t n) {
   TESSERA_CHECK(o.gradient_predivide_factor > 0, "gradient_predivide_factor must be > 0, got ",
                 o.gradient_predivide_factor);
   std::vector<bool> seen(n, false);
-  for (const auto& group : o.groups) {
+  for (const auto& group : groups) {
     for (size_t i : group) {
       TESSERA_CHECK(i < n, "a group lists parameter ", i, " but there are ", n);
       TESSERA_CHECK(!seen[i], "groups list a parameter twice (index ", i, ")");
@@ -125,10 +127,12 @@ void check_options(const ReducerOptions& o, size_t n) {
 }  // namespace
 
 GradientReducer::GradientReducer(std::vector<std::pair<std::string, torch::Tensor>> params,
-                                 ReducerOptions options)
+                                 const DistributedOptions& options,
+                                 std::vector<std::vector<size_t>> groups)
     : impl_(std::make_unique<Impl>()) {
-  check_options(options, params.size());
-  impl_->options = std::move(options);
+  check_options(options, groups, params.size());
+  impl_->options = options;
+  impl_->groups = std::move(groups);
   torch::OrderedDict<std::string, torch::Tensor> mine;
   for (auto& kv : params) {
     Impl::Param p;
@@ -141,9 +145,9 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, torch::Tenso
   // Every rank must reduce the same gradients: compare names, shapes and dtypes once.
   verify_across_ranks("the parameters of DistributedOptimizer '" + impl_->options.prefix + "'",
                       describe_parameters(mine, true), impl_->options.process_set);
-  impl_->group_ready.assign(impl_->options.groups.size(), 0);
-  for (size_t g = 0; g < impl_->options.groups.size(); ++g) {
-    for (size_t i : impl_->options.groups[g]) impl_->params[i].group = static_cast<int>(g);
+  impl_->group_ready.assign(impl_->groups.size(), 0);
+  for (size_t g = 0; g < impl_->groups.size(); ++g) {
+    for (size_t i : impl_->groups[g]) impl_->params[i].group = static_cast<int>(g);
   }
   for (size_t i = 0; i < impl_->params.size(); ++i) {
     Impl::Param& p = impl_->params[i];
@@ -213,7 +217,7 @@ void GradientReducer::Impl::enqueue_one(size_t i) {
 void GradientReducer::Impl::enqueue_group(size_t g) {
   std::vector<torch::Tensor> wires;
   std::vector<std::string> names;
-  for (size_t i : options.groups[g]) {
+  for (size_t i : groups[g]) {
     const torch::Tensor& grad = params[i].tensor.grad();
     TESSERA_CHECK(!(grad.defined() && grad.is_sparse() && !options.sparse_as_dense), "'",
                   params[i].name,
@@ -226,8 +230,8 @@ void GradientReducer::Impl::enqueue_group(size_t g) {
   const double f = options.gradient_predivide_factor;
   std::vector<TensorHandle> hs =
       grouped_allreduce_async_(wires, names, options.op, 1.0 / f, f, options.process_set);
-  for (size_t k = 0; k < options.groups[g].size(); ++k) {
-    Param& p = params[options.groups[g][k]];
+  for (size_t k = 0; k < groups[g].size(); ++k) {
+    Param& p = params[groups[g][k]];
     p.handle = std::move(hs[k]);
     p.enqueued = true;
   }
@@ -290,7 +294,7 @@ void GradientReducer::Impl::on_gradient(size_t i) {
   if (p.group < 0) {
     enqueue_one(i);
   } else if (++group_ready[static_cast<size_t>(p.group)] ==
-             options.groups[static_cast<size_t>(p.group)].size()) {
+             groups[static_cast<size_t>(p.group)].size()) {
     enqueue_group(static_cast<size_t>(p.group));
   }
 }
@@ -335,9 +339,9 @@ void GradientReducer::Impl::check_hooks_attached() const {
 // Whatever the hooks did not enqueue (unused parameters, fewer passes than declared) goes now,
 // in the same order on every rank.
 void GradientReducer::Impl::enqueue_missing() {
-  for (size_t g = 0; g < options.groups.size(); ++g) {
+  for (size_t g = 0; g < groups.size(); ++g) {
     bool pending = false;
-    for (size_t i : options.groups[g]) pending |= !params[i].enqueued;
+    for (size_t i : groups[g]) pending |= !params[i].enqueued;
     if (pending) enqueue_group(g);
   }
   for (size_t i = 0; i < params.size(); ++i) {
@@ -415,7 +419,7 @@ void GradientReducer::forget_synchronized() {
   impl_->synchronized = false;
 }
 
-const ReducerOptions& GradientReducer::options() const { return impl_->options; }
+const DistributedOptions& GradientReducer::options() const { return impl_->options; }
 
 }  // namespace detail
 }  // namespace tessera

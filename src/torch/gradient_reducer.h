@@ -27,29 +27,16 @@
 namespace tessera {
 namespace detail {
 
-struct ReducerOptions {
-  int backward_passes_per_step = 1;
-  // Parameter indices reduced together, one grouped allreduce each (empty: each alone).
-  std::vector<std::vector<size_t>> groups;
-  Compression compression = Compression::kNone;
-  ReduceOp op = ReduceOp::kAverage;
-  // Horovod's gradient_predivide_factor f: prescale 1/f and postscale f around an Average.
-  double gradient_predivide_factor = 1.0;
-  // Sparse gradients: reduced dense and made sparse again (true), or Horovod's allgather of
-  // their indices and values (false).
-  bool sparse_as_dense = false;
-  int process_set = 0;
-  std::string prefix = "grad.";  // the collectives' names: prefix + parameter name
-};
-
 class GradientReducer {
  public:
   // `params`: (name, parameter) of every parameter that requires a gradient, names the same on
-  // every rank. Collective over the process set: the ranks' parameters (names, shapes, dtypes)
-  // are compared, and a difference is an error on every rank naming it. Throws InvalidArgument
-  // for a bad option or group.
+  // every rank. `options` as DistributedOptimizer's, except that the groups are the parameter
+  // indices in `groups` (each reduced as one grouped allreduce; empty: each alone), so that
+  // Python's lists of parameters and C++'s plan_groups both fit. Collective over the process
+  // set: the ranks' parameters (names, shapes, dtypes) are compared, and a difference is an
+  // error on every rank naming it. Throws InvalidArgument for a bad option or group.
   GradientReducer(std::vector<std::pair<std::string, torch::Tensor>> params,
-                  ReducerOptions options);
+                  const DistributedOptions& options, std::vector<std::vector<size_t>> groups);
   // Removes the hooks and waits (never throws) for what is still in flight.
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
@@ -68,7 +55,7 @@ class GradientReducer {
   // synchronize() ran and no gradient arrived since (step() must not reduce again).
   bool synchronized() const;
   void forget_synchronized();
-  const ReducerOptions& options() const;
+  const DistributedOptions& options() const;
 
   struct Impl;  // public for the hook in the .cc
 
