@@ -11,7 +11,6 @@ Where tessera decides, it says so here:
   - alltoall with uneven splits and reducescatter with a first dimension that does not divide
     by the ranks pad each block to the largest one (zeros) and cut the padding off after.
 """
-import contextlib
 import itertools
 import threading
 
@@ -43,16 +42,24 @@ def _auto_name(kind, ps_id):
     return _C.take_name(kind, "", ps_id)
 
 
-@contextlib.contextmanager
-def _refusing(name, ps_id, members=0):
+class _refusing:
     """Around the local checks of an op whose name is taken: if they raise, this rank refuses
     the name (the core's policy), so the ranks that enqueued it fail within a cycle and the
-    next automatic names still agree. `members` > 0: a group's names name.0 .. name.N-1."""
-    try:
-        yield
-    except Exception as e:
-        _C.refuse(name, ps_id, f"{type(e).__name__}: {e}", members)
-        raise
+    next automatic names still agree. `members` > 0: a group's names name.0 .. name.N-1. A
+    class rather than a contextlib generator: it runs on every op (0.18 against 0.61 us a use,
+    timeit on this machine)."""
+    __slots__ = ("name", "ps_id", "members")
+
+    def __init__(self, name, ps_id, members=0):
+        self.name, self.ps_id, self.members = name, ps_id, members
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if error is not None and isinstance(error, Exception):
+            _C.refuse(self.name, self.ps_id, f"{kind.__name__}: {error}", self.members)
+        return False
 
 
 def _begin(kind, name, process_set, what):
