@@ -306,7 +306,8 @@ Handle Engine::enqueue(Request request) {
 namespace {
 
 // Horovod's limits on Adasum for CPU tensors (horovod/torch/mpi_ops.py): an allreduce, on a
-// power-of-two number of ranks. Device tensors: not implemented here yet.
+// power-of-two number of ranks. Device tensors are refused, saying what to do instead: the
+// device path has no Adasum kernels (docs/python.md).
 void check_adasum(const Request& r, int n) {
   const TensorSpec& s = r.spec;
   TESSERA_CHECK(s.op == OpType::kAllreduce, "'", s.name, "': Adasum is an allreduce op, not a ",

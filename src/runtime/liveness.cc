@@ -131,6 +131,7 @@ char process_state(int pid) {
 std::atomic<double> g_error_window_s{0.0};
 std::mutex g_lost_mu;
 std::string g_lost_line;
+std::atomic<bool> g_lost{false};  // set once g_lost_line is: every op reads it, without a lock
 
 [[noreturn]] void end_process(const std::string& line, int code) {
   std::fprintf(stderr, "%s\n", line.c_str());
@@ -142,6 +143,7 @@ std::string g_lost_line;
       std::lock_guard<std::mutex> lock(g_lost_mu);
       g_lost_line = line;
     }
+    g_lost = true;
     std::this_thread::sleep_for(std::chrono::duration<double>(window));
   } else {
     std::this_thread::sleep_for(kGrace);
@@ -321,6 +323,7 @@ bool liveness_running() { return g_monitor != nullptr; }
 void set_error_window(double seconds) { g_error_window_s = seconds > 0 ? seconds : 0.0; }
 
 std::string lost_peer_error() {
+  if (!g_lost.load(std::memory_order_acquire)) return "";
   std::lock_guard<std::mutex> lock(g_lost_mu);
   return g_lost_line;
 }

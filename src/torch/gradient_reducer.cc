@@ -419,7 +419,5 @@ void GradientReducer::forget_synchronized() {
   impl_->synchronized = false;
 }
 
-const DistributedOptions& GradientReducer::options() const { return impl_->options; }
-
 }  // namespace detail
 }  // namespace tessera

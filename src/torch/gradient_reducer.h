@@ -55,7 +55,6 @@ class GradientReducer {
   // synchronize() ran and no gradient arrived since (step() must not reduce again).
   bool synchronized() const;
   void forget_synchronized();
-  const DistributedOptions& options() const;
 
   struct Impl;  // public for the hook in the .cc
 

@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from tessera.torch.basics import InvalidArgumentError, _C, _set_id, global_process_set
+from tessera.torch.basics import _C, _set_id, global_process_set
 from tessera.torch.compression import Compression
 
 Average = _C.ReduceOp_Average
@@ -34,12 +34,6 @@ _OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "P
 _handles = {}
 _handles_lock = threading.Lock()
 _next_handle = itertools.count(1)
-
-
-def _auto_name(kind, ps_id):
-    """The next automatic name of an unnamed `kind` on set `ps_id`: the core's counter (one per
-    kind and set, shared with the C++ front end), so the names agree on every member."""
-    return _C.take_name(kind, "", ps_id)
 
 
 class _refusing:
@@ -124,10 +118,6 @@ def _resolve_op(average, op, what):
 def _needs_grad(tensor):
     # Autograd's Function costs microseconds per call: only tensors that need it go through it.
     return tensor.requires_grad and torch.is_grad_enabled()
-
-
-def _name(name, kind, ps_id):
-    return _C.take_name(kind, "" if name is None else str(name), ps_id)
 
 
 def _root(root_rank, what):
