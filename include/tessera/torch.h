@@ -211,6 +211,10 @@ TensorHandle allgather_async(const torch::Tensor& tensor, const std::string& nam
                              int process_set = 0);
 torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name = "",
                         int process_set = 0);
+// One allgather per member (names `name`.0 .. .N-1), released together (Horovod's).
+std::vector<TensorHandle> grouped_allgather_async(const std::vector<torch::Tensor>& tensors,
+                                                  const std::string& name = "",
+                                                  int process_set = 0);
 // Returns root's tensor on every rank; broadcast_ writes it into `tensor`. `root` is a rank of
 // the whole job, also on a process set (Horovod's root_rank); one outside the set is refused.
 TensorHandle broadcast_async(const torch::Tensor& tensor, int root, const std::string& name = "",

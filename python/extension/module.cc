@@ -1,7 +1,8 @@
 // tessera._tessera: the narrow extension under the Python package (python/tessera). It exposes
-// the process (init, ranks, process sets, timeline) and asynchronous collectives on tensors that
-// return handles; everything Horovod adds on top (op names, compression, autograd, the
-// optimizer's hooks, state broadcast, SyncBatchNorm) is Python, in tessera/torch.
+// the process (init, ranks, process sets, timeline), asynchronous collectives on tensors that
+// return handles, and the core's Horovod policy: op names and refusals (Op), the
+// DistributedOptimizer's bookkeeping (GradientReducer), SyncBatchNorm's math. What must be
+// Python (autograd Functions, integer handles, compressor objects, pickling) is in tessera/torch.
 //
 // Waiting never holds the GIL: a handle's wait releases it and wakes every 50 ms to let Python
 // deliver signals (Ctrl-C raises KeyboardInterrupt in the waiting thread).
@@ -100,21 +101,38 @@ void bind_process(py::module_& m) {
       py::call_guard<py::gil_scoped_release>());
 }
 
-// Horovod's naming and refusal policy lives in the core (torch/context.h); Python takes the
-// name before its own checks and refuses it when they raise, as the core does for its own.
+// Horovod's naming and refusal policy of one op lives in the core (torch/op_policy.h, which
+// context.h's attempt() applies to the C++ ops). Op applies it around Python's own steps of an
+// op, as a `with` block: entering checks the set and takes the name (begin_op), and gives the
+// Op (its name and process set); an Exception
+// leaving the block refuses it, so the ranks that enqueued it fail within a cycle and the next
+// automatic names still agree. `members` > 0: a group, whose members are name.0 .. name.N-1.
+struct Op {
+  std::string name;
+  int process_set;
+  size_t members;
+};
+
 void bind_policy(py::module_& m) {
-  m.def(
-      "take_name",
-      [](const std::string& kind, const std::string& name, int ps) {
-        return detail::take_name(kind, name, ps);
-      },
-      py::arg("kind"), py::arg("name"), py::arg("process_set"));
-  m.def(
-      "refuse",
-      [](const std::string& name, int ps, const std::string& reason, size_t members) {
-        detail::refuse(name, ps, reason, members);
-      },
-      py::arg("name"), py::arg("process_set"), py::arg("reason"), py::arg("members") = 0);
+  py::class_<Op>(m, "Op")
+      .def(py::init([](const std::string& kind, const py::object& name, int ps, size_t members) {
+             const std::string given = name.is_none() ? "" : py::str(name).cast<std::string>();
+             return Op{detail::begin_op(kind, given, ps), ps, members};
+           }),
+           py::arg("kind"), py::arg("name"), py::arg("process_set"), py::arg("members") = 0)
+      .def_readonly("name", &Op::name)
+      .def_readonly("process_set", &Op::process_set)
+      .def("__enter__", [](const Op& op) { return op; })
+      .def("__exit__", [](const Op& op, const py::object& type, const py::object& value,
+                          const py::object&) {
+        if (!value.is_none() && PyErr_GivenExceptionMatches(type.ptr(), PyExc_Exception)) {
+          const std::string reason =
+              detail::concat(py::str(type.attr("__name__")).cast<std::string>(), ": ",
+                     py::str(value).cast<std::string>());
+          detail::refuse(op.name, op.process_set, reason, op.members);
+        }
+        return false;
+      });
 }
 
 // SyncBatchNorm's statistics and backward (an autograd function of the core's): y, then the
@@ -194,6 +212,10 @@ void bind_collectives(py::module_& m) {
   m.def("allgather_async", [](const torch::Tensor& t, const std::string& name, int ps) {
     return allgather_async(t, name, ps);
   });
+  m.def("grouped_allgather_async",
+        [](const std::vector<torch::Tensor>& ts, const std::string& name, int ps) {
+          return grouped_allgather_async(ts, name, ps);
+        });
   m.def("broadcast_async", [](const torch::Tensor& t, int root, const std::string& name, int ps) {
     return broadcast_async(t, root, name, ps);
   });

@@ -65,6 +65,13 @@ std::string take_name(const std::string& kind, const std::string& name, int proc
   return kind + ".set" + std::to_string(process_set) + ".noname." + std::to_string(n);
 }
 
+std::string begin_op(const std::string& kind, const std::string& name, int process_set) {
+  context().engine->process_set_size(process_set);  // throws for a set this rank is not in
+  const std::string lost = lost_peer_error();
+  if (!lost.empty()) throw Error(lost);  // the job is ending: no new collective
+  return take_name(kind, name, process_set);
+}
+
 int set_rank_of(int global_root, int process_set, const std::string& name) {
   const std::vector<int> ranks = context().engine->process_set_ranks(process_set);
   const auto it = std::find(ranks.begin(), ranks.end(), global_root);

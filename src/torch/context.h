@@ -31,18 +31,15 @@ struct Context {
 
 // Throws InvalidArgument ("call tessera::init() first") when not initialised.
 Context& context();
-// The policy every op follows, C++ and Python alike: the process set is checked first (a rank
-// outside it raises and takes no name); then the name is taken; then `start(name)` checks the
-// arguments and enqueues. If it throws, this rank refuses the name, so that the ranks that
-// enqueued it fail within a cycle instead of stalling, and the next automatic names still
-// agree everywhere. `members` > 0: a group, whose members are name.0 .. name.N-1.
+// The policy every op follows, C++ and Python alike: begin_op (op_policy.h) checks the set and
+// takes the name; then `start(name)` checks the arguments and enqueues. If it throws, this rank
+// refuses the name, so that the ranks that enqueued it fail within a cycle instead of stalling,
+// and the next automatic names still agree everywhere. `members` > 0: a group, whose members
+// are name.0 .. name.N-1. (The extension's Op applies the same steps around Python's.)
 template <class Start>
 auto attempt(const char* kind, const std::string& name, int process_set, Start&& start,
              size_t members = 0) -> decltype(start(name)) {
-  context().engine->process_set_size(process_set);  // throws for a set this rank is not in
-  const std::string lost = lost_peer_error();
-  if (!lost.empty()) throw Error(lost);  // the job is ending: no new collective
-  const std::string taken = take_name(kind, name, process_set);
+  const std::string taken = begin_op(kind, name, process_set);
   try {
     return start(taken);
   } catch (const std::exception& e) {

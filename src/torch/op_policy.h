@@ -15,6 +15,11 @@ namespace detail {
 // set: ranks outside a set never count its ops, so the names agree on every member.
 std::string take_name(const std::string& kind, const std::string& name, int process_set);
 
+// The start of one op, for both front ends: the process set is checked (a rank outside it
+// raises and takes no name), then whether a rank was lost (the job is ending: no new
+// collective), then the name is taken.
+std::string begin_op(const std::string& kind, const std::string& name, int process_set);
+
 // Horovod's broadcast root: a rank of the whole job. Returns its rank within `process_set`;
 // throws InvalidArgument naming the collective and the set's ranks when it is not a member.
 int set_rank_of(int global_root, int process_set, const std::string& name);

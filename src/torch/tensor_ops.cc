@@ -62,14 +62,15 @@ class TensorOps {
                                          const detail::DeviceUse& use,
                                          const std::vector<torch::Tensor>& ins,
                                          const std::vector<torch::Tensor>& outs,
-                                         const std::vector<torch::Tensor>& targets) {
+                                         const std::vector<torch::Tensor>& targets,
+                                         bool allgather = false) {
     for (size_t i = 0; i < requests.size(); ++i)
       detail::attach(requests[i], use, {ins[i], outs[i]});
     std::vector<engine::Handle> hs = global_engine().enqueue_group(std::move(requests));
     std::vector<TensorHandle> out(hs.size());
     for (size_t i = 0; i < hs.size(); ++i) {
       set(out[i], std::move(hs[i]), ins[i], outs[i], targets.empty() ? torch::Tensor() : targets[i],
-          false, use);
+          allgather, use);
     }
     return out;
   }
@@ -98,6 +99,9 @@ torch::Tensor logical_wire(const torch::Tensor& t, ReduceOp* op) {
 // A contiguous view of a CPU or CUDA tensor (a copy only when it is not contiguous).
 torch::Tensor contiguous(const torch::Tensor& t, const char* what) {
   TESSERA_CHECK(t.defined(), what, ": the tensor is undefined");
+  TESSERA_CHECK(!t.is_sparse(), what,
+                ": sparse tensors are not supported; pass tensor.to_dense(), or reduce sparse "
+                "gradients with sparse_allreduce_async");
   TESSERA_CHECK(t.device().is_cpu() || t.device().is_cuda(), what, ": the tensor is on ",
                 t.device().str(), "; tessera takes CPU and CUDA tensors");
   return t.contiguous();
@@ -278,6 +282,27 @@ TensorHandle allgather_async(const torch::Tensor& tensor, const std::string& nam
 torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name, int process_set) {
   TensorHandle h = allgather_async(tensor, name, process_set);
   return synchronize(h);
+}
+
+// Horovod's grouped_allgather: the members (name.0 .. name.N-1) are released together.
+std::vector<TensorHandle> grouped_allgather_async(const std::vector<torch::Tensor>& tensors,
+                                                  const std::string& name, int process_set) {
+  auto start = [&](const std::string& base) {
+    TESSERA_CHECK(!tensors.empty(), "grouped_allgather needs at least one tensor");
+    std::vector<engine::Request> requests;
+    std::vector<torch::Tensor> ins, outs(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {  // every member checked before any is enqueued
+      ins.push_back(logical_wire(contiguous(tensors[i], "grouped_allgather"), nullptr));
+      TESSERA_CHECK(ins.back().dim() >= 1, "grouped_allgather: member ", i,
+                    " needs at least one dimension (ranks concatenate along the first)");
+      requests.push_back(make_request(engine::OpType::kAllgather, base + "." + std::to_string(i),
+                                      ins.back(), torch::Tensor(), process_set));
+    }
+    return TensorOps::logical(TensorOps::group(std::move(requests), detail::device_use(ins, base),
+                                               ins, outs, {}, /*allgather=*/true),
+                              tensors);
+  };
+  return detail::attempt("grouped_allgather", name, process_set, start, tensors.size());
 }
 
 namespace {

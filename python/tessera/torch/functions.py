@@ -38,70 +38,32 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     """root_rank's object (pickled; root_rank a rank of the whole job, as for broadcast) on every
     rank of the set. Without a name, the next automatic one: every rank of the set must then
     make its unnamed calls in the same order."""
-    ps_id = _set_id(process_set, "broadcast_object")
-    name = _C.take_name("broadcast_object", "" if name is None else str(name), ps_id)
-    data = pickle.dumps(obj) if _C.rank() == root_rank else b""
-    return pickle.loads(_C.broadcast_bytes(data, root_rank, f"broadcast_object.{name}", ps_id))
+    with _C.Op("broadcast_object", name, _set_id(process_set, "broadcast_object")) as o:
+        data = pickle.dumps(obj) if _C.rank() == root_rank else b""
+    return pickle.loads(_C.broadcast_bytes(data, root_rank, f"broadcast_object.{o.name}",
+                                           o.process_set))
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Every rank's object, in rank order."""
-    ps_id = _set_id(process_set, "allgather_object")
-    name = _C.take_name("allgather_object", "" if name is None else str(name), ps_id)
+    with _C.Op("allgather_object", name, _set_id(process_set, "allgather_object")) as o:
+        data = pickle.dumps(obj)
     return [pickle.loads(b) for b in
-            _C.allgather_bytes(pickle.dumps(obj), f"allgather_object.{name}", ps_id)]
-
-
-class _TensorSlot:
-    """Stands for the i-th tensor of a state_dict while its structure is broadcast."""
-
-    def __init__(self, index, shape, dtype):
-        self.index, self.shape, self.dtype = index, shape, dtype
-
-
-def _split_tensors(value, tensors):
-    """`value` with every tensor replaced by a _TensorSlot (appended to `tensors`)."""
-    if isinstance(value, torch.Tensor):
-        tensors.append(value)
-        return _TensorSlot(len(tensors) - 1, tuple(value.shape), value.dtype)
-    if isinstance(value, dict):
-        return type(value)((k, _split_tensors(v, tensors)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return type(value)(_split_tensors(v, tensors) for v in value)
-    return value
-
-
-def _fill_tensors(value, tensors):
-    if isinstance(value, _TensorSlot):
-        return tensors[value.index]
-    if isinstance(value, dict):
-        return type(value)((k, _fill_tensors(v, tensors)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return type(value)(_fill_tensors(v, tensors) for v in value)
-    return value
+            _C.allgather_bytes(data, f"allgather_object.{o.name}", o.process_set)]
 
 
 def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
     """Every rank's optimizer takes root_rank's state (momentum buffers, Adam's moments and
     steps) and its param groups' options (learning rate, betas, ...). An optimizer without
-    state first takes one step of zero gradients to make it, as Horovod's does. The structure
-    travels pickled, the tensors by broadcast. Collective; the optimizers must be over the same
-    parameters in the same order."""
+    state first takes one step of zero gradients to make it, as Horovod's does. The state_dict
+    travels pickled, tensors included, in one broadcast (Horovod sends the tensors one by one:
+    the result is the same, and this runs once). Collective; the optimizers must be over the
+    same parameters in the same order."""
     _initialize_state(optimizer)
-    tensors = []
-    structure = _split_tensors(optimizer.state_dict(), tensors)
-    structure = broadcast_object(structure, root_rank, "broadcast_optimizer_state",
-                                 process_set)
-    root = _C.rank() == root_rank  # a rank of the whole job, as for broadcast
-    if not root:
-        tensors = []
-        _collect_slots(structure, tensors)
-    handles = [broadcast_async_(t, root_rank, f"broadcast_optimizer_state.{i}", process_set)
-               for i, t in enumerate(tensors)]
-    for h in handles:
-        synchronize(h)
-    if not root:
-        optimizer.load_state_dict(_fill_tensors(structure, tensors))
+    state = broadcast_object(optimizer.state_dict(), root_rank, "broadcast_optimizer_state",
+                             process_set)
+    if _C.rank() != root_rank:  # a rank of the whole job, as for broadcast
+        optimizer.load_state_dict(state)
 
 
 def _initialize_state(optimizer):
@@ -121,21 +83,3 @@ def _initialize_state(optimizer):
         super(_DistributedMixin, optimizer).step()
     else:
         optimizer.step()
-
-
-def _collect_slots(value, tensors):
-    """Allocates, in slot order, one tensor per _TensorSlot of `value`."""
-    slots = []
-
-    def walk(v):
-        if isinstance(v, _TensorSlot):
-            slots.append(v)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-    walk(value)
-    for slot in sorted(slots, key=lambda s: s.index):
-        tensors.append(torch.empty(slot.shape, dtype=slot.dtype))

@@ -11,6 +11,7 @@ Where tessera decides, it says so here:
   - alltoall with uneven splits and reducescatter with a first dimension that does not divide
     by the ranks pad each block to the largest one (zeros) and cut the padding off after.
 """
+import contextlib
 import itertools
 import threading
 
@@ -36,30 +37,12 @@ _handles_lock = threading.Lock()
 _next_handle = itertools.count(1)
 
 
-class _refusing:
-    """Around the local checks of an op whose name is taken: if they raise, this rank refuses
-    the name (the core's policy), so the ranks that enqueued it fail within a cycle and the
-    next automatic names still agree. `members` > 0: a group's names name.0 .. name.N-1. A
-    class rather than a contextlib generator: it runs on every op (0.18 against 0.61 us a use,
-    timeit on this machine)."""
-    __slots__ = ("name", "ps_id", "members")
-
-    def __init__(self, name, ps_id, members=0):
-        self.name, self.ps_id, self.members = name, ps_id, members
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, traceback):
-        if error is not None and isinstance(error, Exception):
-            _C.refuse(self.name, self.ps_id, f"{kind.__name__}: {error}", self.members)
-        return False
-
-
-def _begin(kind, name, process_set, what):
-    """The process set's id (a rank outside it raises and takes no name) and the op's name."""
-    ps_id = _set_id(process_set, what)
-    return ps_id, _C.take_name(kind, "" if name is None else str(name), ps_id)
+def _op(kind, name, process_set, what, members=0):
+    """Horovod's naming and refusal policy, the core's (_C.Op): a `with` block around this
+    rank's own steps of one op, giving its name and set. A rank outside the set raises and
+    takes no name; an exception leaving the block refuses the name (`members` > 0: a group's,
+    name.0 .. name.N-1), so the ranks that enqueued it fail within a cycle."""
+    return _C.Op(kind, name, _set_id(process_set, what), members)
 
 
 def _register(c_handles, finish):
@@ -91,17 +74,10 @@ def synchronize(handle):
 
 
 def _check_tensor(tensor, what):
-    """What only Python can say: the object is not a tensor, or a kind the core cannot take
-    (the core checks dtypes, shapes and devices, for both front ends)."""
+    """What only Python can say: the object is not a tensor (the core checks dtypes, shapes,
+    layouts and devices, for both front ends)."""
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.is_sparse:
-        raise ValueError(f"{what}: sparse tensors are not supported; pass tensor.to_dense() "
-                         "(or reduce sparse gradients with sparse_allreduce_async)")
-    if tensor.device.type == "cuda" and not _C.cuda_built:
-        raise ValueError(f"{what}: the tensor is on {tensor.device}, but this build of tessera "
-                         "takes CPU tensors only (cuda_built() is False: built without CUDA or "
-                         "against a torch without it): move it with .cpu()")
 
 
 def _resolve_op(average, op, what):
@@ -120,31 +96,18 @@ def _needs_grad(tensor):
     return tensor.requires_grad and torch.is_grad_enabled()
 
 
-def _root(root_rank, what):
-    """Horovod's root_rank: a rank of the whole job, also on a process set (the core turns it
-    into the set's own rank and refuses one outside the set)."""
-    if isinstance(root_rank, bool) or not isinstance(root_rank, int):
-        raise ValueError(f"{what}: root_rank must be an int (a rank of the whole job), got "
-                         f"{root_rank!r}")
-    return root_rank
-
-
 # ---- allreduce ----
 
 def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, inplace,
                      average=None):
     what = "allreduce_async_" if inplace else "allreduce_async"
-    ps_id, name = _begin("allreduce", name, process_set, what)
-    with _refusing(name, ps_id):
+    with _op("allreduce", name, process_set, what) as o:
         op = _resolve_op(average, op, what)
         _check_tensor(tensor, what)
-        if inplace:
-            h = _C.allreduce_async_(tensor, name, op, float(prescale_factor),
-                                    float(postscale_factor), ps_id)
-            return _register([h], lambda outs: tensor)
-        h = _C.allreduce_async(tensor, name, op, float(prescale_factor), float(postscale_factor),
-                               ps_id)
-        return _register([h], lambda outs: outs[0])
+        start = _C.allreduce_async_ if inplace else _C.allreduce_async
+        h = start(tensor, o.name, op, float(prescale_factor), float(postscale_factor),
+                  o.process_set)
+        return _register([h], (lambda outs: tensor) if inplace else (lambda outs: outs[0]))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -161,41 +124,38 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                             True, average)
 
 
-def _reduce_grad(grad, op, prescale, postscale, process_set):
-    # Horovod's: the same reduction of the gradients (Adasum's is Adasum's).
+def _check_differentiable(op, what):
+    # Horovod's: the gradient is the same reduction of the gradients (Adasum's is Adasum's).
     if op not in (Average, Sum, Adasum):
-        raise ValueError(f"allreduce with op {_OP_NAMES[op]} has no gradient; only Average, "
-                         "Sum and Adasum are differentiable")
-    return synchronize(_allreduce_async(grad.contiguous(), None, op, prescale, postscale,
-                                        process_set, False))
+        raise ValueError(f"{what} with op {_OP_NAMES[op]} has no gradient; only Average, Sum "
+                         "and Adasum are differentiable")
 
 
 class _Allreduce(torch.autograd.Function):
     # The gradient of an allreduce is the same allreduce of the gradients (Horovod's).
     @staticmethod
     def forward(ctx, tensor, name, op, prescale, postscale, process_set):
-        ctx.args = (op, prescale, postscale, process_set)
-        return synchronize(_allreduce_async(tensor, name, op, prescale, postscale, process_set,
-                                            False))
+        ctx.args = (op, prescale, postscale, process_set, False)
+        return synchronize(_allreduce_async(tensor, name, *ctx.args))
 
     @staticmethod
     def backward(ctx, grad):
-        return (_reduce_grad(grad, *ctx.args),) + (None,) * 5
+        _check_differentiable(ctx.args[0], "allreduce")
+        return (synchronize(_allreduce_async(grad.contiguous(), None, *ctx.args)),) + (None,) * 5
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Returns `tensor` reduced over the ranks (Average by default); differentiable."""
-    ps_id, name = _begin("allreduce", name, process_set, "allreduce")
-    with _refusing(name, ps_id):
+    with _op("allreduce", name, process_set, "allreduce") as o:
         op = _resolve_op(average, op, "allreduce")
         _check_tensor(tensor, "allreduce")
         compressed, ctx = compression.compress(tensor)
     if _needs_grad(compressed):
-        out = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+        out = _Allreduce.apply(compressed, o.name, op, prescale_factor, postscale_factor,
                                process_set)
     else:
-        out = synchronize(_allreduce_async(compressed, name, op, prescale_factor,
+        out = synchronize(_allreduce_async(compressed, o.name, op, prescale_factor,
                                            postscale_factor, process_set, False))
     return compression.decompress(out, ctx)
 
@@ -212,11 +172,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 def _grouped_allreduce_async(tensors, name, op, prescale, postscale, process_set, inplace,
                              average=None):
     what = "grouped_allreduce_async_" if inplace else "grouped_allreduce_async"
-    tensors = list(tensors)
-    if not tensors:  # before the name: a group's names are its members'
-        raise ValueError(f"{what}: needs at least one tensor")
-    ps_id, base = _begin("grouped_allreduce", name, process_set, what)
-    with _refusing(base, ps_id, len(tensors)):
+    tensors = _members(tensors, what)
+    with _op("grouped_allreduce", name, process_set, what, len(tensors)) as o:
         op = _resolve_op(average, op, what)
         for t in tensors:
             _check_tensor(t, what)
@@ -224,10 +181,19 @@ def _grouped_allreduce_async(tensors, name, op, prescale, postscale, process_set
             raise ValueError(f"{what}: every tensor of a group must have one dtype, got "
                              f"{sorted({str(t.dtype) for t in tensors})}")
         targets = tensors if inplace else [t.detach().clone() for t in tensors]
-        names = [f"{base}.{i}" for i in range(len(targets))]
+        names = [f"{o.name}.{i}" for i in range(len(targets))]
         hs = _C.grouped_allreduce_async_(targets, names, op, float(prescale), float(postscale),
-                                         ps_id)
+                                         o.process_set)
         return _register(hs, lambda outs: targets)
+
+
+def _members(tensors, what):
+    """A group's tensors as a list; an empty group raises before any name is taken (a group's
+    names are its members')."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError(f"{what}: needs at least one tensor")
+    return tensors
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -245,32 +211,25 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
-        ctx.args = (op, prescale, postscale, process_set)
-        return tuple(synchronize(_grouped_allreduce_async(tensors, name, op, prescale, postscale,
-                                                          process_set, False)))
+        ctx.args = (op, prescale, postscale, process_set, False)
+        return tuple(synchronize(_grouped_allreduce_async(tensors, name, *ctx.args)))
 
     @staticmethod
     def backward(ctx, *grads):
-        op, prescale, postscale, process_set = ctx.args
-        if op not in (Average, Sum, Adasum):
-            raise ValueError("grouped_allreduce has a gradient only for Average, Sum and Adasum")
-        reduced = synchronize(_grouped_allreduce_async([g.contiguous() for g in grads], None, op,
-                                                       prescale, postscale, process_set, False))
-        return (None,) * 5 + tuple(reduced)
+        _check_differentiable(ctx.args[0], "grouped_allreduce")
+        grads = [g.contiguous() for g in grads]
+        return (None,) * 5 + tuple(synchronize(_grouped_allreduce_async(grads, None, *ctx.args)))
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("grouped_allreduce: needs at least one tensor")
-    ps_id, name = _begin("grouped_allreduce", name, process_set, "grouped_allreduce")
-    with _refusing(name, ps_id, len(tensors)):
+    tensors = _members(tensors, "grouped_allreduce")
+    with _op("grouped_allreduce", name, process_set, "grouped_allreduce", len(tensors)) as o:
         op = _resolve_op(average, op, "grouped_allreduce")
         pairs = [compression.compress(t) for t in tensors]
-    outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
+    outs = _GroupedAllreduce.apply(o.name, op, prescale_factor, postscale_factor, process_set,
                                    *[p[0] for p in pairs])
-    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+    return [compression.decompress(out, p[1]) for out, p in zip(outs, pairs)]
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -287,82 +246,59 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     Average divides the values by the set's size. Returns a function that waits and returns
     that tensor."""
     ps_id = _set_id(process_set, "sparse_allreduce_async")
-    h = _C.sparse_allreduce_async(tensor, "" if name is None else str(name), op, ps_id)
-    return h.wait
+    return _C.sparse_allreduce_async(tensor, "" if name is None else str(name), op, ps_id).wait
 
 
 # ---- allgather ----
 
-def _allgather_c(tensor, name, ps_id):
-    """The extension's handle of one allgather named `name` (taken), and how to turn its tensor
-    into the result."""
-    _check_tensor(tensor, "allgather")
-    if tensor.dim() == 0:
-        raise ValueError("allgather: the tensor needs at least one dimension (ranks "
-                         "concatenate along the first); use tensor.view(1)")
-    h = _C.allgather_async(tensor, name, ps_id)
-    return h, lambda out: out
-
-
-def _allgather_async(tensor, name, process_set):
-    ps_id, name = _begin("allgather", name, process_set, "allgather")
-    with _refusing(name, ps_id):
-        h, finish = _allgather_c(tensor, name, ps_id)
-        return _register([h], lambda outs: finish(outs[0]))
-
-
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Concatenates every rank's tensor along dimension 0 (sizes may differ); returns a handle."""
-    return _allgather_async(tensor, name, process_set)
+    with _op("allgather", name, process_set, "allgather") as o:
+        _check_tensor(tensor, "allgather")
+        return _register([_C.allgather_async(tensor, o.name, o.process_set)], lambda outs: outs[0])
 
 
-def _first_dims(rows, process_set):
-    """Every rank's first dimension, in rank order."""
-    t = torch.tensor([rows], dtype=torch.int64)
-    return synchronize(_allgather_async(t, None, process_set)).tolist()
+def _rows_before(rows, process_set):
+    """This rank's first row in a concatenation along dimension 0 of every rank's `rows` (an
+    int, or a list for a group's members)."""
+    t = torch.tensor([rows], dtype=torch.int64).view(1, -1)
+    every = synchronize(allgather_async(t, None, process_set))
+    return every[:process_set.rank()].sum(dim=0).tolist()
 
 
 class _Allgather(torch.autograd.Function):
     # Horovod's gradient: the gradients averaged over the ranks, this rank's rows of them.
     @staticmethod
     def forward(ctx, tensor, name, process_set):
-        ctx.rows = tensor.shape[0]
-        ctx.process_set = process_set
-        return synchronize(_allgather_async(tensor, name, process_set))
+        ctx.rows, ctx.process_set = tensor.shape[0], process_set
+        return synchronize(allgather_async(tensor, name, process_set))
 
     @staticmethod
     def backward(ctx, grad):
-        reduced = _reduce_grad(grad, Average, 1.0, 1.0, ctx.process_set)
-        rows = _first_dims(ctx.rows, ctx.process_set)
-        start = sum(rows[:ctx.process_set.rank()])
+        reduced = synchronize(_allreduce_async(grad.contiguous(), None, Average, 1.0, 1.0,
+                                               ctx.process_set, False))
+        start = _rows_before([ctx.rows], ctx.process_set)[0]
         return reduced.narrow(0, start, ctx.rows), None, None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
     """Every rank's tensor concatenated along dimension 0; differentiable."""
-    ps_id, name = _begin("allgather", name, process_set, "allgather")
-    with _refusing(name, ps_id):
+    with _op("allgather", name, process_set, "allgather") as o:
         _check_tensor(tensor, "allgather")
     if not _needs_grad(tensor):
-        return synchronize(_allgather_async(tensor, name, process_set))
-    return _Allgather.apply(tensor, name, process_set)
-
-
-def _grouped_allgather_async(tensors, name, process_set):
-    tensors = list(tensors)
-    if not tensors:  # before the name: a group's names are its members'
-        raise ValueError("grouped_allgather: needs at least one tensor")
-    ps_id, base = _begin("grouped_allgather", name, process_set, "grouped_allgather")
-    with _refusing(base, ps_id, len(tensors)):
-        for t in tensors:  # every member checked before any is enqueued
-            _check_tensor(t, "grouped_allgather")
-        pairs = [_allgather_c(t, f"{base}.{i}", ps_id) for i, t in enumerate(tensors)]
-    return _register([h for h, _ in pairs], lambda outs: [f(o) for o, (_, f) in zip(outs, pairs)])
+        return synchronize(allgather_async(tensor, o.name, process_set))
+    return _Allgather.apply(tensor, o.name, process_set)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    """Allgathers each tensor (names `name`.0, .1, ...); synchronize() returns the list."""
-    return _grouped_allgather_async(tensors, name, process_set)
+    """Allgathers each tensor (names `name`.0, .1, ...), released together; synchronize()
+    returns the list."""
+    tensors = _members(tensors, "grouped_allgather")
+    with _op("grouped_allgather", name, process_set, "grouped_allgather", len(tensors)) as o:
+        for t in tensors:
+            _check_tensor(t, "grouped_allgather")
+        hs = _C.grouped_allgather_async(tensors, o.name, o.process_set)
+        return _register(hs, lambda outs: list(outs))
 
 
 class _GroupedAllgather(torch.autograd.Function):
@@ -370,18 +306,15 @@ class _GroupedAllgather(torch.autograd.Function):
     # allreduce), this rank's rows of each.
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
-        ctx.rows = [t.shape[0] for t in tensors]
-        ctx.process_set = process_set
-        return tuple(synchronize(_grouped_allgather_async(tensors, name, process_set)))
+        ctx.rows, ctx.process_set = [t.shape[0] for t in tensors], process_set
+        return tuple(synchronize(grouped_allgather_async(tensors, name, process_set)))
 
     @staticmethod
     def backward(ctx, *grads):
         reduced = synchronize(_grouped_allreduce_async([g.contiguous() for g in grads], None,
                                                        Average, 1.0, 1.0, ctx.process_set,
                                                        False))
-        rows = synchronize(_allgather_async(torch.tensor([ctx.rows], dtype=torch.int64), None,
-                                            ctx.process_set))
-        start = rows[:ctx.process_set.rank()].sum(dim=0).tolist()
+        start = _rows_before(ctx.rows, ctx.process_set)
         return (None, None) + tuple(r.narrow(0, s, n)
                                     for r, s, n in zip(reduced, start, ctx.rows))
 
@@ -389,24 +322,22 @@ class _GroupedAllgather(torch.autograd.Function):
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Every rank's tensors concatenated along dimension 0, member by member; differentiable."""
     tensors = list(tensors)
-    if not any(_needs_grad(t) for t in tensors):
-        return synchronize(_grouped_allgather_async(tensors, name, process_set))
+    if not any(isinstance(t, torch.Tensor) and _needs_grad(t) for t in tensors):
+        return synchronize(grouped_allgather_async(tensors, name, process_set))
     return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
 # ---- broadcast ----
 
 def _broadcast_async(tensor, root_rank, name, process_set, inplace):
+    """root_rank: a rank of the whole job, also on a process set (Horovod's); the core refuses
+    one outside the set."""
     what = "broadcast_async_" if inplace else "broadcast_async"
-    ps_id, name = _begin("broadcast", name, process_set, what)
-    with _refusing(name, ps_id):
+    with _op("broadcast", name, process_set, what) as o:
         _check_tensor(tensor, what)
-        root = _root(root_rank, what)
-        if inplace:
-            h = _C.broadcast_async_(tensor, root, name, ps_id)
-            return _register([h], lambda outs: tensor)
-        h = _C.broadcast_async(tensor, root, name, ps_id)
-        return _register([h], lambda outs: outs[0])
+        start = _C.broadcast_async_ if inplace else _C.broadcast_async
+        h = start(tensor, root_rank, o.name, o.process_set)
+        return _register([h], (lambda outs: tensor) if inplace else (lambda outs: outs[0]))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -423,13 +354,13 @@ class _Broadcast(torch.autograd.Function):
     # Horovod's gradient: averaged over the ranks on the root, zero elsewhere.
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
-        ctx.root = root_rank
-        ctx.process_set = process_set
+        ctx.root, ctx.process_set = root_rank, process_set
         return synchronize(_broadcast_async(tensor, root_rank, name, process_set, False))
 
     @staticmethod
     def backward(ctx, grad):
-        reduced = _reduce_grad(grad, Average, 1.0, 1.0, ctx.process_set)
+        reduced = synchronize(_allreduce_async(grad.contiguous(), None, Average, 1.0, 1.0,
+                                               ctx.process_set, False))
         if _C.rank() != ctx.root:  # the root is a rank of the whole job
             reduced = torch.zeros_like(reduced)
         return reduced, None, None, None
@@ -437,12 +368,11 @@ class _Broadcast(torch.autograd.Function):
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """root_rank's tensor on every rank; differentiable."""
-    ps_id, name = _begin("broadcast", name, process_set, "broadcast")
-    with _refusing(name, ps_id):
+    with _op("broadcast", name, process_set, "broadcast") as o:
         _check_tensor(tensor, "broadcast")
     if not _needs_grad(tensor):
-        return synchronize(_broadcast_async(tensor, root_rank, name, process_set, False))
-    return _Broadcast.apply(tensor, root_rank, name, process_set)
+        return synchronize(_broadcast_async(tensor, root_rank, o.name, process_set, False))
+    return _Broadcast.apply(tensor, root_rank, o.name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -456,21 +386,18 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """Sends rows splits[j] of `tensor` to rank j of the set; synchronize() returns (received
     tensor, received splits), as Horovod's. The core exchanges the splits first (one small
     allgather, synchronous) and pads uneven blocks."""
-    ps_id, name = _begin("alltoall", name, process_set, "alltoall")
-    try:
-        _check_tensor(tensor, "alltoall")
-        mine = [] if splits is None else [
-            int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
-    except Exception as e:
-        if splits is None:
-            _C.refuse(name, ps_id, f"{type(e).__name__}: {e}")
-        else:  # the others exchange splits: take part with bad ones, so that every rank raises
-            try:
-                _C.alltoall_async(torch.zeros(0), name, ps_id, [-1] * process_set.size())
-            except Exception:
-                pass
-        raise
-    h = _C.alltoall_async(tensor, name, ps_id, mine)
+    with _op("alltoall", name, process_set, "alltoall") as o:
+        try:
+            _check_tensor(tensor, "alltoall")
+            mine = [] if splits is None else [
+                int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+        except Exception:
+            if splits is not None:  # the others exchange splits: take part with bad ones (the
+                with contextlib.suppress(Exception):  # core refuses the name), so all raise
+                    _C.alltoall_async(torch.zeros(0), o.name, o.process_set,
+                                      [-1] * process_set.size())
+            raise
+    h = _C.alltoall_async(tensor, o.name, o.process_set, mine)
     # Horovod: the received splits in the dtype of the splits passed, else int32.
     dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
     return _register([h], lambda outs: (outs[0], torch.tensor(h.received_splits, dtype=dtype)))
@@ -481,8 +408,7 @@ class _Alltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
         out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
-        ctx.received = received
-        ctx.process_set = process_set
+        ctx.received, ctx.process_set = received, process_set
         if splits is None:
             return out
         ctx.mark_non_differentiable(received)
@@ -498,7 +424,7 @@ class _Alltoall(torch.autograd.Function):
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Horovod's return: the received tensor without `splits`; (received tensor, received
     splits) with them. Differentiable."""
-    if not _needs_grad(tensor):
+    if not (isinstance(tensor, torch.Tensor) and _needs_grad(tensor)):
         out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
         return out if splits is None else (out, received)
     return _Alltoall.apply(tensor, splits, name, process_set)
@@ -516,37 +442,78 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                         prescale_factor=1.0, postscale_factor=1.0):
     """Reduces over the ranks and leaves rank r its block of rows (the first rows % size ranks
     one row more); returns a handle. Integer tensors scale as in allreduce."""
-    ps_id, name = _begin("reducescatter", name, process_set, "reducescatter")
-    with _refusing(name, ps_id):
+    with _op("reducescatter", name, process_set, "reducescatter") as o:
         _reducescatter_check(tensor, op, "reducescatter")
-        h = _C.reducescatter_async(tensor, name, op, ps_id, float(prescale_factor),
+        h = _C.reducescatter_async(tensor, o.name, op, o.process_set, float(prescale_factor),
                                    float(postscale_factor))
         return _register([h], lambda outs: outs[0])
 
 
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    what = "grouped_reducescatter"
+    tensors = _members(tensors, what)
+    with _op("grouped_reducescatter", name, process_set, what, len(tensors)) as o:
+        for t in tensors:
+            _reducescatter_check(t, op, what)
+        hs = _C.grouped_reducescatter_async(tensors, o.name, op, o.process_set,
+                                            float(prescale_factor), float(postscale_factor))
+        return _register(hs, lambda outs: list(outs))
+
+
 def _reducescatter_grad_scale(op, process_set, prescale, postscale):
-    # Horovod's gradient: the allgather of the blocks' gradients, times the size for Sum and
-    # times both scale factors (for Average it is not divided by the size).
+    # Horovod's gradient: the allgather of the blocks' gradients, times the size for Sum (not
+    # divided by it for Average) and times both scale factors.
     return (process_set.size() if op == Sum else 1) * prescale * postscale
 
 
 class _Reducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale, postscale):
-        ctx.args = (process_set, _reducescatter_grad_scale(op, process_set, prescale, postscale))
+        ctx.process_set = process_set
+        ctx.scale = _reducescatter_grad_scale(op, process_set, prescale, postscale)
         return synchronize(reducescatter_async(tensor, name, op, process_set, prescale, postscale))
 
     @staticmethod
     def backward(ctx, grad):
-        process_set, scale = ctx.args
-        full = synchronize(_allgather_async(grad.contiguous(), None, process_set))
-        return (full * scale if scale != 1 else full), None, None, None, None, None
+        full = synchronize(allgather_async(grad.contiguous(), None, ctx.process_set))
+        return full * ctx.scale if ctx.scale != 1 else full, None, None, None, None, None
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale, postscale, *tensors):
+        ctx.process_set = process_set
+        ctx.scale = _reducescatter_grad_scale(op, process_set, prescale, postscale)
+        return tuple(synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
+                                                             prescale, postscale)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        full = synchronize(grouped_allgather_async([g.contiguous() for g in grads], None,
+                                                   ctx.process_set))
+        return (None,) * 5 + tuple(f * ctx.scale if ctx.scale != 1 else f for f in full)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    pairs = [compression.compress(t) for t in tensors]
+    wires = [p[0] for p in pairs]
+    if any(isinstance(w, torch.Tensor) and _needs_grad(w) for w in wires):
+        outs = _GroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                           postscale_factor, *wires)
+    else:
+        outs = synchronize(grouped_reducescatter_async(wires, name, op, process_set,
+                                                       prescale_factor, postscale_factor))
+    return [compression.decompress(out, p[1]) for out, p in zip(outs, pairs)]
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces over the ranks; rank r keeps its block of rows. Differentiable."""
     compressed, ctx = compression.compress(tensor)
-    if _needs_grad(compressed):
+    if isinstance(compressed, torch.Tensor) and _needs_grad(compressed):
         out = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor,
                                    postscale_factor)
     else:
@@ -555,56 +522,14 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     return compression.decompress(out, ctx)
 
 
-def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
-                                prescale_factor=1.0, postscale_factor=1.0):
-    tensors = list(tensors)
-    if not tensors:  # before the name: a group's names are its members'
-        raise ValueError("grouped_reducescatter: needs at least one tensor")
-    ps_id, base = _begin("grouped_reducescatter", name, process_set, "grouped_reducescatter")
-    with _refusing(base, ps_id, len(tensors)):
-        for t in tensors:
-            _reducescatter_check(t, op, "grouped_reducescatter")
-        hs = _C.grouped_reducescatter_async(tensors, base, op, ps_id, float(prescale_factor),
-                                            float(postscale_factor))
-        return _register(hs, lambda outs: list(outs))
-
-
-class _GroupedReducescatter(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, name, op, process_set, prescale, postscale, *tensors):
-        ctx.args = (process_set, _reducescatter_grad_scale(op, process_set, prescale, postscale))
-        return tuple(synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
-                                                             prescale, postscale)))
-
-    @staticmethod
-    def backward(ctx, *grads):
-        process_set, scale = ctx.args
-        full = synchronize(_grouped_allgather_async([g.contiguous() for g in grads], None,
-                                                    process_set))
-        return (None,) * 5 + tuple(f * scale if scale != 1 else f for f in full)
-
-
-def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
-                          process_set=global_process_set, prescale_factor=1.0,
-                          postscale_factor=1.0):
-    pairs = [compression.compress(t) for t in tensors]
-    wires = [p[0] for p in pairs]
-    if any(_needs_grad(w) for w in wires):
-        outs = _GroupedReducescatter.apply(name, op, process_set, prescale_factor,
-                                           postscale_factor, *wires)
-    else:
-        outs = synchronize(grouped_reducescatter_async(wires, name, op, process_set,
-                                                       prescale_factor, postscale_factor))
-    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
-
-
 # ---- barrier and join ----
 
 def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called it."""
     # One counter per set: ranks outside a set do not count its barriers.
-    ps_id, name = _begin("tessera.barrier", None, process_set, "barrier")
-    synchronize(_allreduce_async(torch.zeros(1, dtype=torch.int32), name, Sum, 1.0, 1.0,
+    with _op("tessera.barrier", None, process_set, "barrier") as o:
+        pass
+    synchronize(_allreduce_async(torch.zeros(1, dtype=torch.int32), o.name, Sum, 1.0, 1.0,
                                  process_set, True))
 
 

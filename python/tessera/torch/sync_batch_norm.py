@@ -27,9 +27,10 @@ class SyncBatchNorm(_BatchNorm):
                                                   self.weight, self.bias, False, 0.0, self.eps)
         # The statistics' math and its backward are the core's (src/torch/sync_batch_norm.cc),
         # the same as C++'s BatchNorm2d with sync: f64 sums over the ranks, on x's device.
-        ps_id = _set_id(self.process_set, "SyncBatchNorm")
-        name = _C.take_name("sync_batch_norm", "", ps_id)
-        y, mean, var, n = _C.sync_batch_norm(x, self.weight, self.bias, self.eps, name, ps_id)
+        with _C.Op("sync_batch_norm", None, _set_id(self.process_set, "SyncBatchNorm")) as o:
+            pass  # the core refuses its own failures
+        y, mean, var, n = _C.sync_batch_norm(x, self.weight, self.bias, self.eps, o.name,
+                                             o.process_set)
         if self.training and self.track_running_stats:
             self._update_running(mean, var, n)
         return y
