@@ -21,8 +21,8 @@ std::string mpi_error_string(int code);
   do {                                                                                             \
     const int tessera_rc_ = (call);                                                                \
     if (tessera_rc_ != MPI_SUCCESS) {                                                              \
-      throw ::tessera::CommError(::tessera::detail::format_at(                                     \
-          __FILE__, __LINE__, #call " failed: ", ::tessera::comm::mpi_error_string(tessera_rc_))); \
+      throw ::tessera::CommError(::tessera::detail::concat(                                        \
+          #call " failed: ", ::tessera::comm::mpi_error_string(tessera_rc_)));                     \
     }                                                                                              \
   } while (0)
 
