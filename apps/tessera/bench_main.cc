@@ -1,14 +1,15 @@
 // tessera-bench <collective> [flags]: `tessera bench <collective>` (host or device buffers)
 // without libtorch, so that a machine without the training stack's dependencies (the GPU
-// check's) measures the collectives. Same flags, same table; settings from the environment.
+// check's) measures the collectives. Same flags, same table, the same session (every setting
+// checked, liveness from the agreed TESSERA_HEARTBEAT_TIMEOUT).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "apps/tessera/bench_cli.h"
-#include "comm/communicator.h"
 #include "common/error.h"
-#include "runtime/liveness.h"
+#include "runtime/session.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"tessera-bench: a collective on host or device buffers beside its references"};
@@ -21,9 +22,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   int rc = 0;
   std::string error;
+  std::unique_ptr<tessera::runtime::Session> session;
   try {
-    const tessera::SettingValues settings = tessera::comm::init(&argc, &argv);
-    tessera::runtime::start_liveness(settings);
+    tessera::runtime::SessionOptions options;
+    options.engine = false;  // the collectives measure comm alone
+    options.argc = &argc;
+    options.argv = &argv;
+    session = std::make_unique<tessera::runtime::Session>(options);
     tessera::app::finish_bench_options(flags);
     rc = tessera::app::run_bench(flags.options);
   } catch (const std::exception& e) {
@@ -31,7 +36,6 @@ int main(int argc, char** argv) {
     rc = 2;
   }
   if (!error.empty()) std::fprintf(stderr, "tessera-bench: error: %s\n", error.c_str());
-  tessera::runtime::stop_liveness(error);
-  tessera::comm::finalize(error);
+  if (session) session->end(error);  // with an error, the other ranks learn it
   return rc;
 }

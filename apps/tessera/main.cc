@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,7 @@
 #include "common/error.h"
 #include "common/settings.h"
 #include "engine/options.h"
-#include "runtime/liveness.h"
+#include "runtime/session.h"
 #include "tessera/torch.h"
 #include "train/spatial_benchmark.h"
 #include "tune/settings.h"
@@ -177,19 +178,26 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
       train_cmd->parsed() || export_cmd->parsed() || make_dataset_cmd->parsed() ||
       (bench_cmd->parsed() && (bench.collective == "train" || bench.collective == "data" ||
                                bench.collective == "spatial"));
+  std::unique_ptr<tessera::runtime::Session> session;
   try {
-    tessera::InitOptions init_options;
-    init_options.settings = explicit_settings;
-    init_options.config_file = config_path;
+    tessera::runtime::SessionOptions options;
+    options.settings = explicit_settings;
+    options.config_file = config_path;
+    // The collective benchmarks measure comm and a bare engine of their own; the libtorch
+    // commands run through tessera::init, which opens the same session with its engine.
+    options.engine = false;
+    options.argc = &argc;
+    options.argv = &argv;
     tessera::SettingValues settings;
     if (uses_torch) {
-      // The libtorch API's init: MPI, the settings, the memory policy and the engine.
+      tessera::InitOptions init_options;
+      init_options.settings = explicit_settings;
+      init_options.config_file = config_path;
       tessera::init(init_options);
       settings = tessera::settings();
     } else {
-      // The collective benchmarks measure comm and a bare engine: MPI and the settings only.
-      settings = tessera::comm::init(&argc, &argv, tessera::resolve_init_options(init_options));
-      tessera::runtime::start_liveness(settings);
+      session = std::make_unique<tessera::runtime::Session>(options);
+      settings = session->settings();
     }
     if (train_cmd->parsed()) {
       // Slides come in CSV manifests and train a classifier (ResNet-50, as Tsaris et al.); the
@@ -264,9 +272,8 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
   // With an error, the other ranks learn it (and end) instead of waiting on this one.
   if (uses_torch) {
     tessera::shutdown(error);
-  } else {
-    tessera::runtime::stop_liveness(error);
-    tessera::comm::finalize(error);
+  } else if (session) {
+    session->end(error);
   }
   return rc;
 }

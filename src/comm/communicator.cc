@@ -173,18 +173,6 @@ SettingValues init(int* argc, char*** argv, const ResolvedSettings& mine) {
   return agreed;
 }
 
-SettingValues init(int* argc, char*** argv) {
-  std::vector<SettingInfo> known = declared_settings();
-  known.push_back(kLogLevel.info());
-  SettingSources sources;
-  sources.environment = environment_settings();
-  ResolvedSettings mine = resolve_settings(sources, known);
-  // Other layers' names (and launch scripts' variables, which may be set on some hosts only)
-  // are not comm's to judge or compare: dropped without a word.
-  mine.warnings.clear();
-  return init(argc, argv, mine);
-}
-
 void finalize(const std::string& error) {
   activity::set_phase(error.empty() ? "its work is done; waiting in MPI_Finalize for the others"
                                     : "failed (" + error + "); in MPI_Finalize");

@@ -25,15 +25,10 @@ namespace comm {
 // agrees on `mine` with every rank: the same values everywhere, or InvalidArgument on every rank
 // naming each setting that differs and the ranks (and any rank's `mine.error`). The agreed values
 // give the world communicator's Settings (rank 0 reads TESSERA_COST_TABLE for everyone) and the
-// log level; they are returned for the layers above to read their own (the liveness monitor,
-// runtime/liveness.h, is started by the caller).
+// log level; they are returned for the layers above to read their own. runtime::Session is the
+// one caller: it resolves `mine` against every layer's settings and starts the liveness monitor.
 // Safe to call twice (the second call agrees again and replaces the world's settings).
 SettingValues init(int* argc, char*** argv, const ResolvedSettings& mine);
-// The same with this process's environment as the only source (the MPI tests' main): comm's own
-// settings and the log level, checked and agreed on. comm cannot tell another layer's names
-// from typos (or from a launch script's variables), so it ignores them; tessera::init, which
-// knows every layer, checks every name.
-SettingValues init(int* argc, char*** argv);
 // Finalises MPI if init() initialised it; `error` (this rank is leaving because of it) is what
 // this rank reports doing meanwhile. Stop the liveness monitor first (runtime/liveness.h), which
 // tells the other ranks. Never throws.

@@ -307,6 +307,8 @@ void start_liveness(const SettingValues& settings) {
   if (g_monitor || timeout_s <= 0 || !comm::is_initialized()) return;
   if (comm::world_size() < 2) return;
   g_monitor = std::make_unique<Monitor>(timeout_s);
+  // What tests/session_entry_points.sh reads: the timeout each entry point's session started.
+  TESSERA_LOG(kInfo, "liveness: a rank silent for ", timeout_s, " s is taken for dead");
 }
 
 void stop_liveness(const std::string& error) {

@@ -1,4 +1,4 @@
-#include "torch/memory_policy.h"
+#include "runtime/memory_policy.h"
 
 #include <malloc.h>
 #include <sys/resource.h>
@@ -6,7 +6,7 @@
 #include "common/error.h"
 
 namespace tessera {
-namespace detail {
+namespace runtime {
 
 MallocPolicy parse_malloc_policy(const std::string& text) {
   if (text == "keep") return MallocPolicy::kKeep;
@@ -37,5 +37,5 @@ long minor_page_faults() {
   return u.ru_minflt;
 }
 
-}  // namespace detail
+}  // namespace runtime
 }  // namespace tessera

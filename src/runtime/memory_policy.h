@@ -13,7 +13,7 @@
 #include "common/settings.h"
 
 namespace tessera {
-namespace detail {
+namespace runtime {
 
 inline constexpr ChoiceSetting kMallocPolicy{
     "TESSERA_MALLOC_POLICY", "keep", "keep,system",
@@ -31,5 +31,5 @@ std::string apply_malloc_policy(MallocPolicy policy);
 // Minor page faults of this process so far (getrusage), for measuring the policy.
 long minor_page_faults();
 
-}  // namespace detail
+}  // namespace runtime
 }  // namespace tessera

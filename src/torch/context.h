@@ -1,6 +1,7 @@
 // Internal to src/torch: the process's tessera context behind the free functions of
-// include/tessera/torch.h (Horovod's hvd.init() state): the world communicator and the engine.
-// The engine itself holds no static state; this is the one place that keeps a default.
+// include/tessera/torch.h (Horovod's hvd.init() state): the session that tessera::init opened
+// (runtime/session.h) and this rank's GPU. The engine itself holds no static state; this is the
+// one place that keeps a default.
 #pragma once
 
 #include <memory>
@@ -13,24 +14,24 @@
 #include "gpu/device.h"
 #include "tessera/torch.h"
 #include "torch/op_policy.h"
-#include "tune/step_tuner.h"
+#include "runtime/session.h"
 
 namespace tessera {
 namespace detail {
 
 struct Context {
-  SettingValues settings;  // what every rank agreed on at init
-  std::unique_ptr<comm::Communicator> world;
   // This rank's GPU, made at its first CUDA tensor (device_tensors.h); declared before the
-  // engine, which uses it, so that it outlives it.
+  // session, whose engine uses it, so that it outlives it.
   std::unique_ptr<gpu::Device> device;
-  std::unique_ptr<engine::Engine> engine;
-  // TESSERA_AUTOTUNE=1: fed by every DistributedOptimizer::step (null otherwise).
-  std::unique_ptr<tune::StepTuner> tuner;
+  // The process: agreed settings, world communicator, engine, tuner (runtime/session.h).
+  std::unique_ptr<runtime::Session> session;
+  engine::Engine& engine() const { return session->engine(); }
 };
 
 // Throws InvalidArgument ("call tessera::init() first") when not initialised.
 Context& context();
+// What init's options open the session with.
+runtime::SessionOptions session_options(const InitOptions& options);
 // The policy every op follows, C++ and Python alike: begin_op (op_policy.h) checks the set and
 // takes the name; then `start(name)` checks the arguments and enqueues. If it throws, this rank
 // refuses the name, so that the ranks that enqueued it fail within a cycle instead of stalling,

@@ -22,7 +22,7 @@ gpu::Device& rank_device(int index, const std::string& what) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!ctx.device) {
     ctx.device = gpu::cuda_device(index);
-    ctx.engine->set_device(*ctx.device);
+    ctx.engine().set_device(*ctx.device);
   }
   TESSERA_CHECK(ctx.device->index() == index, what, ": the tensor is on cuda:", index,
                 " but this rank uses ", ctx.device->name(),
@@ -41,7 +41,7 @@ DeviceUse device_use(const torch::Tensor& t, const std::string& what) {
       DeviceUse use;
       use.device = g_stand_in;
       use.stream = g_stand_in_stream();
-      context().engine->set_device(*g_stand_in);
+      context().engine().set_device(*g_stand_in);
       return use;
     }
   }

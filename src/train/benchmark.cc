@@ -9,7 +9,7 @@
 #include "common/error.h"
 #include "models/registry.h"
 #include "tessera/torch.h"
-#include "torch/memory_policy.h"
+#include "runtime/memory_policy.h"
 #include "train/autocast.h"
 #include "train/memory_layout.h"
 #include "train/mixed_precision.h"
@@ -50,7 +50,7 @@ void summarise(const TrainBenchOptions& o, const std::vector<double>& rates, Tra
                           {"precision", o.precision},
                           {"memory_format", o.memory_format},
                           {"engine", o.engine},
-                          {"malloc_policy", detail::kMallocPolicy.get(settings())},
+                          {"malloc_policy", runtime::kMallocPolicy.get(settings())},
                           {"per_rank", rates},
                           {"per_rank_mean", r.per_rank_mean},
                           {"total_mean", r.total_mean},
@@ -107,7 +107,7 @@ void print_header(const TrainBenchOptions& o, int64_t parameters, const torch::D
       static_cast<long long>(o.image_size), size(), o.threads, device.str().c_str(),
       o.precision.c_str(), o.memory_format.c_str(),
       o.engine ? "DistributedOptimizer" : "off (plain SGD)",
-      detail::kMallocPolicy.get(settings()).c_str());
+      runtime::kMallocPolicy.get(settings()).c_str());
   std::printf("Running warmup...\n");
   std::fflush(stdout);
 }
@@ -169,7 +169,7 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
   synchronize_device(device);
   if (root) std::printf("Running benchmark...\n");
   std::vector<double> rates;
-  const long faults0 = detail::minor_page_faults();
+  const long faults0 = runtime::minor_page_faults();
   for (int it = 0; it < o.iters; ++it) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int b = 0; b < o.batches_per_iter; ++b) one_batch();
@@ -182,7 +182,7 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
     }
   }
   TrainBenchResult r;
-  r.minor_faults_per_batch = static_cast<double>(detail::minor_page_faults() - faults0) /
+  r.minor_faults_per_batch = static_cast<double>(runtime::minor_page_faults() - faults0) /
                              static_cast<double>(o.iters * o.batches_per_iter);
   summarise(o, rates, r);
   return r;

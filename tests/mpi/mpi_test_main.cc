@@ -1,5 +1,6 @@
-// gtest main for the multi-rank tests (run under mpirun): initialises tessera's MPI, lets rank
-// 0 print the usual output, prints every other rank's failures prefixed "[rank N]", and exits
+// gtest main for the multi-rank tests (run under mpirun): opens the process's tessera session
+// (runtime/session.h: settings from the environment, MPI, liveness; no engine, which the tests
+// make), lets rank 0 print the usual output, prints every other rank's failures prefixed "[rank N]", and exits
 // with the maximum status over all ranks, so one failing rank fails the test.
 #include <gtest/gtest.h>
 
@@ -7,6 +8,7 @@
 
 #include "comm/collectives.h"
 #include "comm/communicator.h"
+#include "runtime/session.h"
 
 namespace {
 
@@ -31,11 +33,15 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tessera::comm::init(&argc, &argv);
+  tessera::runtime::SessionOptions options;
+  options.engine = false;
+  options.argc = &argc;
+  options.argv = &argv;
+  tessera::runtime::Session session(options);
   ::testing::InitGoogleTest(&argc, argv);
   int status = 0;
   {
-    auto world = tessera::comm::Communicator::world();
+    tessera::comm::Communicator* world = &session.world();
     ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
     if (world->rank() != 0) {
       delete listeners.Release(listeners.default_result_printer());
@@ -50,6 +56,6 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "at least one rank failed (exit status %d)\n", status);
     }
   }
-  tessera::comm::finalize();
+  session.end();
   return status;
 }

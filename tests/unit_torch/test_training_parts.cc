@@ -20,7 +20,7 @@
 #include "data/synthetic_shapes.h"
 #include "models/registry.h"
 #include "tessera/torch.h"
-#include "torch/memory_policy.h"
+#include "runtime/memory_policy.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/schedule.h"
@@ -374,8 +374,8 @@ TEST(Names, CompressionAndMallocPolicy) {
   EXPECT_EQ(parse_compression("fp16"), Compression::kFloat16);
   EXPECT_EQ(parse_compression("bf16"), Compression::kBFloat16);
   EXPECT_THROW(parse_compression("int8"), InvalidArgument);
-  EXPECT_EQ(detail::parse_malloc_policy("keep"), detail::MallocPolicy::kKeep);
-  EXPECT_THROW(detail::parse_malloc_policy("fast"), InvalidArgument);
+  EXPECT_EQ(runtime::parse_malloc_policy("keep"), runtime::MallocPolicy::kKeep);
+  EXPECT_THROW(runtime::parse_malloc_policy("fast"), InvalidArgument);
 }
 
 }  // namespace
