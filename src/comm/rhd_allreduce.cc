@@ -33,14 +33,74 @@ constexpr int kTagDoubling = 23;
 // per step against a few GB/s): recursive doubling's log2 p exchanges win.
 constexpr size_t kRecursiveDoublingMaxBytes = size_t{32} << 10;
 
+// Recursive doubling over the plan's partners: log2 p exchanges of the whole vector. `src` is
+// this rank's contribution (possibly folded into `dst` already); the result lands in `dst`.
+void recursive_doubling(Communicator& comm, const AllreduceArgs& a, const RhdPlan& plan,
+                        const char* src, char* dst, char* incoming) {
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  for (auto it = plan.partners.rbegin(); it != plan.partners.rend(); ++it) {
+    Requests reqs(comm, "rhd allreduce (recursive doubling)", a.timeout_s);
+    reqs.irecv(incoming, bytes, *it, kTagDoubling);
+    reqs.isend(src, bytes, *it, kTagDoubling);
+    reqs.wait_all();
+    // Commutative ops on IEEE values give the same bits in either operand order, so both
+    // partners hold identical vectors after every step.
+    reduce(a.dtype, a.op, src, incoming, dst, a.count);
+    src = dst;
+  }
+  if (src != dst) std::memcpy(dst, src, bytes);
+  finish_average(a, comm.size(), dst, a.count);
+}
+
+// Halving then doubling over the plan's partners (Rabenseifner); the result lands in `dst`.
+void halving_doubling(Communicator& comm, const AllreduceArgs& a, const RhdPlan& plan,
+                      const char* src, char* dst, char* incoming) {
+  const size_t esize = dtype_size(a.dtype);
+  // Halving: remember each step's split so that doubling can undo it.
+  struct Split {
+    size_t lo, mid, hi;
+    bool keep_low;
+  };
+  std::vector<Split> splits;
+  size_t lo = 0, hi = a.count;
+  int mask = plan.pof2 / 2;
+  for (int partner : plan.partners) {
+    const size_t mid = lo + (hi - lo) / 2;
+    const bool keep_low = (plan.new_rank & mask) == 0;
+    const size_t keep_lo = keep_low ? lo : mid, keep_hi = keep_low ? mid : hi;
+    const size_t give_lo = keep_low ? mid : lo, give_hi = keep_low ? hi : mid;
+    Requests reqs(comm, "rhd allreduce (halving)", a.timeout_s);
+    reqs.irecv(incoming, (keep_hi - keep_lo) * esize, partner, kTagHalving);
+    reqs.isend(src + give_lo * esize, (give_hi - give_lo) * esize, partner, kTagHalving);
+    reqs.wait_all();
+    reduce(a.dtype, a.op, src + keep_lo * esize, incoming, dst + keep_lo * esize,
+           keep_hi - keep_lo);
+    src = dst;
+    splits.push_back({lo, mid, hi, keep_low});
+    lo = keep_lo;
+    hi = keep_hi;
+    mask /= 2;
+  }
+  finish_average(a, comm.size(), dst + lo * esize, hi - lo);
+  for (size_t i = splits.size(); i-- > 0;) {
+    const Split& sp = splits[i];
+    const size_t other_lo = sp.keep_low ? sp.mid : sp.lo;
+    const size_t other_hi = sp.keep_low ? sp.hi : sp.mid;
+    Requests reqs(comm, "rhd allreduce (doubling)", a.timeout_s);
+    reqs.irecv(dst + other_lo * esize, (other_hi - other_lo) * esize, plan.partners[i],
+               kTagDoubling);
+    reqs.isend(dst + lo * esize, (hi - lo) * esize, plan.partners[i], kTagDoubling);
+    reqs.wait_all();
+    lo = sp.lo;
+    hi = sp.hi;
+  }
+}
+
 }  // namespace
 
 void rhd_allreduce(Communicator& comm, const AllreduceArgs& a) {
-  const int n = comm.size();
-  const int r = comm.rank();
-  const size_t esize = dtype_size(a.dtype);
-  const size_t bytes = a.count * esize;
-  const RhdPlan plan = rhd_plan(n, r);
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  const RhdPlan plan = rhd_plan(comm.size(), comm.rank());
   const char* src = static_cast<const char*>(a.send);  // where our contribution is now
   char* dst = static_cast<char*>(a.recv);
   char* incoming = static_cast<char*>(comm.scratch(0, bytes));
@@ -61,60 +121,10 @@ void rhd_allreduce(Communicator& comm, const AllreduceArgs& a) {
     reduce(a.dtype, a.op, src, incoming, dst, a.count);
     src = dst;
   }
-
-  const bool doubling_only = bytes <= kRecursiveDoublingMaxBytes || plan.pof2 == 2;
-  if (doubling_only) {
-    for (auto it = plan.partners.rbegin(); it != plan.partners.rend(); ++it) {
-      Requests reqs(comm, "rhd allreduce (recursive doubling)", a.timeout_s);
-      reqs.irecv(incoming, bytes, *it, kTagDoubling);
-      reqs.isend(src, bytes, *it, kTagDoubling);
-      reqs.wait_all();
-      // Commutative ops on IEEE values give the same bits in either operand order, so both
-      // partners hold identical vectors after every step.
-      reduce(a.dtype, a.op, src, incoming, dst, a.count);
-      src = dst;
-    }
-    if (src != dst) std::memcpy(dst, src, bytes);
-    finish_average(a, n, dst, a.count);
+  if (bytes <= kRecursiveDoublingMaxBytes || plan.pof2 == 2) {
+    recursive_doubling(comm, a, plan, src, dst, incoming);
   } else {
-    // Halving: remember each step's split so that doubling can undo it.
-    struct Split {
-      size_t lo, mid, hi;
-      bool keep_low;
-    };
-    std::vector<Split> splits;
-    size_t lo = 0, hi = a.count;
-    int mask = plan.pof2 / 2;
-    for (int partner : plan.partners) {
-      const size_t mid = lo + (hi - lo) / 2;
-      const bool keep_low = (plan.new_rank & mask) == 0;
-      const size_t keep_lo = keep_low ? lo : mid, keep_hi = keep_low ? mid : hi;
-      const size_t give_lo = keep_low ? mid : lo, give_hi = keep_low ? hi : mid;
-      Requests reqs(comm, "rhd allreduce (halving)", a.timeout_s);
-      reqs.irecv(incoming, (keep_hi - keep_lo) * esize, partner, kTagHalving);
-      reqs.isend(src + give_lo * esize, (give_hi - give_lo) * esize, partner, kTagHalving);
-      reqs.wait_all();
-      reduce(a.dtype, a.op, src + keep_lo * esize, incoming, dst + keep_lo * esize,
-             keep_hi - keep_lo);
-      src = dst;
-      splits.push_back({lo, mid, hi, keep_low});
-      lo = keep_lo;
-      hi = keep_hi;
-      mask /= 2;
-    }
-    finish_average(a, n, dst + lo * esize, hi - lo);
-    for (size_t i = splits.size(); i-- > 0;) {
-      const Split& sp = splits[i];
-      const int partner = plan.partners[i];
-      const size_t other_lo = sp.keep_low ? sp.mid : sp.lo;
-      const size_t other_hi = sp.keep_low ? sp.hi : sp.mid;
-      Requests reqs(comm, "rhd allreduce (doubling)", a.timeout_s);
-      reqs.irecv(dst + other_lo * esize, (other_hi - other_lo) * esize, partner, kTagDoubling);
-      reqs.isend(dst + lo * esize, (hi - lo) * esize, partner, kTagDoubling);
-      reqs.wait_all();
-      lo = sp.lo;
-      hi = sp.hi;
-    }
+    halving_doubling(comm, a, plan, src, dst, incoming);
   }
   if (plan.fold_partner >= 0) {
     Requests reqs(comm, "rhd allreduce (unfold)", a.timeout_s);

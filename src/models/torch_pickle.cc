@@ -92,6 +92,8 @@ class Reader {
          size_t size)
       : file_(file), archive_(archive), p_(data), end_(data + size) {}
 
+  // function-length: the pickle machine's dispatch, one case per opcode, read as one table;
+  // split, the opcodes would be scattered over functions that each hold a few.
   ValuePtr run() {
     for (;;) {
       const uint8_t op = byte();
