@@ -26,13 +26,12 @@ build: bootstrap
 	  (cat $(BUILD)/configure.log; exit 1)
 	@cmake --build $(BUILD) -j$(JOBS) -- --no-print-directory
 
-# Then the reliability builds of docs/reliability.md: ASan+UBSan and TSan of the parts that do
-# not link libtorch (unit and multi-rank tests), and every fuzz target for FUZZ_SECONDS.
+# Every test of the main build, then the reliability builds of docs/reliability.md (ASan+UBSan,
+# TSan) and every fuzz target for FUZZ_SECONDS: scripts/test_all.sh, which prints each phase's
+# minutes at the end.
 FUZZ_SECONDS ?= 20
-test: build
-	cd $(BUILD) && ctest --output-on-failure --timeout 1800
-	bash scripts/sanitize.sh all $(BUILD)-san
-	bash scripts/fuzz_all.sh $(FUZZ_SECONDS) $(BUILD)-fuzz
+test: bootstrap
+	@bash scripts/test_all.sh $(BUILD) $(FUZZ_SECONDS) $(JOBS)
 
 # The main job on the built-in default: DeepLab-v3+ (ResNet-18 backbone) learns to segment a
 # synthetic shapes data set on 2 ranks, ending with its mIoU (4 classes: chance is about 0.25) and
