@@ -117,7 +117,9 @@ engine::Engine& Session::engine() const {
   return *s_->engine;
 }
 
-tune::StepTuner* Session::tuner() const { return s_->tuner.get(); }
+void Session::step_done() {
+  if (s_->tuner) s_->tuner->after_step();
+}
 const std::string& Session::memory_policy() const { return s_->memory_policy; }
 
 }  // namespace runtime

@@ -1,13 +1,16 @@
 // The process's tessera session (DESIGN.md: runtime owns the process). Every entry point opens
-// exactly one and nothing else starts or ends the process: tessera::init (and so the Python
-// extension), the `tessera` and `tessera-bench` binaries, and the multi-rank test main.
+// one and nothing else starts or ends the process: tessera::init (and so the Python
+// extension), the `tessera` and `tessera-bench` binaries, and the multi-rank test main (whose
+// libtorch tests then open a second through tessera::init: it finds MPI and the monitor
+// running and leaves them to the first).
 //
 // Opening one, collective over MPI_COMM_WORLD: resolves the options against every declared
 // setting (explicit > environment > config file; an unknown name is named with the nearest
 // known one), initialises MPI and agrees the values across ranks, sets the process memory
 // policy, starts the liveness monitor from the agreed TESSERA_HEARTBEAT_TIMEOUT, and makes the
-// world communicator, the engine and, with TESSERA_AUTOTUNE=1, the tuner. Ending it (end() or
-// the destructor) undoes that in reverse and finalises MPI if the session initialised it.
+// world communicator, the engine and, with TESSERA_AUTOTUNE=1, the tuner (fed by step_done).
+// Ending it (end() or the destructor) undoes that in reverse and finalises MPI if the session
+// initialised it.
 #pragma once
 
 #include <memory>
@@ -22,9 +25,6 @@ class Communicator;
 }
 namespace engine {
 class Engine;
-}
-namespace tune {
-class StepTuner;
 }
 namespace runtime {
 
@@ -73,8 +73,9 @@ class Session {
   comm::Communicator& world() const;
   // InvalidArgument when the session was opened without one (options.engine false).
   engine::Engine& engine() const;
-  // Null unless TESSERA_AUTOTUNE=1.
-  tune::StepTuner* tuner() const;
+  // One training step is done (collective: every rank after each optimizer step): the tuner,
+  // when there is one, counts it and may move to its next configuration.
+  void step_done();
   // What the memory policy set ("keep (...)" or "system (glibc defaults)").
   const std::string& memory_policy() const;
 

@@ -14,7 +14,6 @@
 #include "runtime/liveness.h"
 #include "runtime/session.h"
 #include "tessera/torch.h"
-#include "tune/step_tuner.h"
 
 namespace tessera {
 namespace detail {
@@ -121,10 +120,7 @@ void shutdown(const std::string& error) {
 std::string lost_peer_error() { return runtime::lost_peer_error(); }
 bool nccl_built() { return gpu::nccl_built(); }
 
-void step_done() {
-  tune::StepTuner* tuner = detail::context().session->tuner();
-  if (tuner) tuner->after_step();
-}
+void step_done() { detail::context().session->step_done(); }
 
 bool is_initialized() {
   std::lock_guard<std::mutex> lock(detail::g_mu);
