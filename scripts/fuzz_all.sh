@@ -17,7 +17,8 @@ cmake -S "$here" -B "$dir" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug
 cmake --build "$dir" -j"$(nproc)" --target fuzz_all -- --no-print-directory > "$dir/build.log" 2>&1 ||
   { tail -40 "$dir/build.log"; exit 1; }
 cd "$dir" || exit 1
-ctest -L fuzz -V > fuzz.log 2>&1
+# Each target runs a fixed time on one core: as many at once as there are cores.
+ctest -L fuzz -V -j"$(nproc)" > fuzz.log 2>&1
 rc=$?
 # Per target: its executions and what it added; a failure's whole output.
 grep -E "Test +#|stat::number_of_executed_units|stat::new_units_added|fuzz: .* failed" fuzz.log |

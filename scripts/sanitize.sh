@@ -50,7 +50,9 @@ run() {
   echo "== sanitize: $name built in $((SECONDS - t0)) s"
   local filter=()
   [[ -n $regex ]] && filter=(-R "$regex")
-  (cd "$dir" && ctest --output-on-failure --timeout 900 "${filter[@]}") || { status=1; return 1; }
+  # Two at a time where they fit: the multi-rank tests declare PROCESSORS 2 and run alone.
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j"$jobs" "${filter[@]}") ||
+    { status=1; return 1; }
 }
 # One build for both sides: the torch-free tests as they are, the libtorch side's unit tests and
 # its tests at 2 ranks, one intra-op thread per rank as in the main build. The benchmarks, the
