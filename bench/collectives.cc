@@ -1,4 +1,4 @@
-#include "apps/tessera/bench_collectives.h"
+#include "bench/collectives.h"
 
 #include <algorithm>
 #include <chrono>
@@ -19,7 +19,7 @@
 #include "common/stats.h"
 
 namespace tessera {
-namespace app {
+namespace bench {
 namespace {
 
 using comm::Algorithm;
@@ -167,116 +167,163 @@ std::vector<std::string> algorithm_list(const BenchOptions& o) {
   return names;
 }
 
+// One collective's call at one size: what runs, what it must produce, where to check it.
+struct Call {
+  std::function<void()> fn;
+  std::function<double(size_t)> expect;
+  size_t count = 0;        // elements per rank the row reports
+  size_t check_count = 0;  // elements of `checked` to compare with expect
+  char* checked = nullptr;
+};
+
+Call allreduce_call(const BenchOptions& o, Communicator& world, const std::string& algo,
+                    size_t bytes, char* send, char* recv) {
+  Call c;
+  const DataType dt = o.dtype;
+  c.count = c.check_count = bytes / dtype_size(dt);
+  for (size_t i = 0; i < c.count; ++i) store_from_double(dt, send, i, input_value(world.rank(), i));
+  comm::AllreduceOptions opts;
+  opts.op = o.op;
+  opts.algorithm = comm::parse_algorithm(algo);
+  const size_t count = c.count;
+  c.fn = [&world, send, recv, count, dt, opts] {
+    comm::allreduce(world, send, recv, count, dt, opts);
+  };
+  c.expect = [op = o.op, n = world.size()](size_t i) { return expected_allreduce(op, n, i); };
+  c.checked = recv;
+  return c;
+}
+
+// `bytes` is the gathered total.
+Call allgather_call(const BenchOptions& o, Communicator& world, const std::string& algo,
+                    size_t bytes, char* send, char* recv) {
+  Call c;
+  const DataType dt = o.dtype;
+  const size_t count = bytes / dtype_size(dt) / static_cast<size_t>(world.size());
+  c.count = count;
+  c.check_count = count * static_cast<size_t>(world.size());
+  for (size_t i = 0; i < count; ++i) store_from_double(dt, send, i, input_value(world.rank(), i));
+  if (algo == "mpi") {
+    c.fn = [&world, send, recv, count, dt] {
+      comm::mpi_reference::allgather(world, send, recv, count, dt);
+    };
+  } else {
+    c.fn = [&world, send, recv, count, dt] { comm::allgather(world, send, recv, count, dt); };
+  }
+  c.expect = [count](size_t i) { return input_value(static_cast<int>(i / count), i % count); };
+  c.checked = recv;
+  return c;
+}
+
+Call broadcast_call(const BenchOptions& o, Communicator& world, const std::string& algo,
+                    size_t bytes, char* send) {
+  Call c;
+  const DataType dt = o.dtype;
+  const size_t count = bytes / dtype_size(dt);
+  c.count = c.check_count = count;
+  c.fn = [&world, send, count, dt, algo] {
+    if (algo == "mpi")
+      comm::mpi_reference::broadcast(world, send, count, dt, 0);
+    else
+      comm::broadcast(world, send, count, dt, 0);
+  };
+  if (world.rank() == 0) {
+    for (size_t i = 0; i < count; ++i) store_from_double(dt, send, i, input_value(0, i));
+  } else {
+    std::memset(send, 0, bytes);
+  }
+  c.expect = [](size_t i) { return input_value(0, i); };
+  c.checked = send;
+  return c;
+}
+
+// `bytes` is the input total.
+Call reduce_scatter_call(const BenchOptions& o, Communicator& world, const std::string& algo,
+                         size_t bytes, char* send, char* recv) {
+  Call c;
+  const DataType dt = o.dtype;
+  const int n = world.size(), r = world.rank();
+  const size_t block = bytes / dtype_size(dt) / static_cast<size_t>(n);
+  c.count = c.check_count = block;
+  for (size_t i = 0; i < block * static_cast<size_t>(n); ++i) {
+    store_from_double(dt, send, i, input_value(r, i));
+  }
+  const ReduceOp op = o.op;
+  if (algo == "mpi") {
+    c.fn = [&world, send, recv, block, dt, op] {
+      comm::mpi_reference::reduce_scatter(world, send, recv, block, dt, op);
+    };
+  } else {
+    c.fn = [&world, send, recv, block, dt, op] {
+      comm::reduce_scatter(world, send, recv, block, dt, op);
+    };
+  }
+  c.expect = [op, n, block, r](size_t i) {
+    return expected_allreduce(op, n, static_cast<size_t>(r) * block + i);
+  };
+  c.checked = recv;
+  return c;
+}
+
+Call alltoall_call(const BenchOptions& o, Communicator& world, const std::string& algo,
+                   size_t bytes, char* send, char* recv) {
+  Call c;
+  const DataType dt = o.dtype;
+  const int n = world.size(), r = world.rank();
+  const size_t block = bytes / dtype_size(dt) / static_cast<size_t>(n);
+  c.count = block;
+  c.check_count = block * static_cast<size_t>(n);
+  // Block j of rank r holds (r * 7 + j) % 50 + 1, so rank r receives (j * 7 + r) % 50 + 1 in j.
+  for (int j = 0; j < n; ++j) {
+    for (size_t i = 0; i < block; ++i) {
+      store_from_double(dt, send, static_cast<size_t>(j) * block + i, ((r * 7 + j) % 50) + 1);
+    }
+  }
+  if (algo == "mpi") {
+    c.fn = [&world, send, recv, block, dt] {
+      comm::mpi_reference::alltoall(world, send, recv, block, dt);
+    };
+  } else {
+    c.fn = [&world, send, recv, block, dt] { comm::alltoall(world, send, recv, block, dt); };
+  }
+  c.expect = [block, r](size_t i) { return ((static_cast<int>(i / block) * 7 + r) % 50) + 1; };
+  c.checked = recv;
+  return c;
+}
+
+Call call_of(const BenchOptions& o, Communicator& world, const std::string& algo, size_t bytes,
+             char* send, char* recv) {
+  const std::string& c = o.collective;
+  if (c == "allreduce") return allreduce_call(o, world, algo, bytes, send, recv);
+  if (c == "allgather") return allgather_call(o, world, algo, bytes, send, recv);
+  if (c == "broadcast") return broadcast_call(o, world, algo, bytes, send);
+  if (c == "reduce-scatter") return reduce_scatter_call(o, world, algo, bytes, send, recv);
+  if (c == "alltoall") return alltoall_call(o, world, algo, bytes, send, recv);
+  throw InvalidArgument("unknown collective '" + c +
+                        "'; accepted: allreduce allgather broadcast reduce-scatter alltoall");
+}
+
 // One row: run, time and check `algo` at `bytes`.
 Row measure(const BenchOptions& o, Communicator& world, const std::string& algo, size_t bytes,
             char* send, char* recv) {
-  const int n = world.size();
-  const int r = world.rank();
-  const DataType dt = o.dtype;
-  const size_t esize = dtype_size(dt);
   Row row;
   row.bytes = bytes;
   row.algo = algo;
-  std::function<void()> fn;
-  std::function<double(size_t)> expect;
-  size_t check_count = 0;
-  const std::string& c = o.collective;
-  if (c == "allreduce") {
-    const size_t count = bytes / esize;
-    row.count = count;
-    for (size_t i = 0; i < count; ++i) store_from_double(dt, send, i, input_value(r, i));
-    comm::AllreduceOptions opts;
-    opts.op = o.op;
-    opts.algorithm = comm::parse_algorithm(algo);
-    fn = [&world, send, recv, count, dt, opts] {
-      comm::allreduce(world, send, recv, count, dt, opts);
-    };
-    expect = [op = o.op, n](size_t i) { return expected_allreduce(op, n, i); };
-    check_count = count;
-  } else if (c == "allgather") {
-    const size_t count = bytes / esize / static_cast<size_t>(n);  // bytes: the gathered total
-    row.count = count;
-    for (size_t i = 0; i < count; ++i) store_from_double(dt, send, i, input_value(r, i));
-    if (algo == "mpi") {
-      fn = [&world, send, recv, count, dt] {
-        comm::mpi_reference::allgather(world, send, recv, count, dt);
-      };
-    } else {
-      fn = [&world, send, recv, count, dt] { comm::allgather(world, send, recv, count, dt); };
-    }
-    expect = [count](size_t i) { return input_value(static_cast<int>(i / count), i % count); };
-    check_count = count * static_cast<size_t>(n);
-  } else if (c == "broadcast") {
-    const size_t count = bytes / esize;
-    row.count = count;
-    fn = [&world, send, count, dt, algo] {
-      if (algo == "mpi")
-        comm::mpi_reference::broadcast(world, send, count, dt, 0);
-      else
-        comm::broadcast(world, send, count, dt, 0);
-    };
-    if (r == 0) {
-      for (size_t i = 0; i < count; ++i) store_from_double(dt, send, i, input_value(0, i));
-    } else {
-      std::memset(send, 0, bytes);
-    }
-    expect = [](size_t i) { return input_value(0, i); };
-    check_count = count;
-    recv = send;
-  } else if (c == "reduce-scatter") {
-    const size_t block = bytes / esize / static_cast<size_t>(n);  // bytes: the input total
-    row.count = block;
-    for (size_t i = 0; i < block * static_cast<size_t>(n); ++i) {
-      store_from_double(dt, send, i, input_value(r, i));
-    }
-    const ReduceOp op = o.op;
-    if (algo == "mpi") {
-      fn = [&world, send, recv, block, dt, op] {
-        comm::mpi_reference::reduce_scatter(world, send, recv, block, dt, op);
-      };
-    } else {
-      fn = [&world, send, recv, block, dt, op] {
-        comm::reduce_scatter(world, send, recv, block, dt, op);
-      };
-    }
-    expect = [op, n, block, r](size_t i) {
-      return expected_allreduce(op, n, static_cast<size_t>(r) * block + i);
-    };
-    check_count = block;
-  } else if (c == "alltoall") {
-    const size_t block = bytes / esize / static_cast<size_t>(n);
-    row.count = block;
-    // Block j of rank r holds r * 1000 + j, so rank r must receive j * 1000 + r in block j.
-    for (int j = 0; j < n; ++j) {
-      for (size_t i = 0; i < block; ++i) {
-        store_from_double(dt, send, static_cast<size_t>(j) * block + i, ((r * 7 + j) % 50) + 1);
-      }
-    }
-    if (algo == "mpi") {
-      fn = [&world, send, recv, block, dt] {
-        comm::mpi_reference::alltoall(world, send, recv, block, dt);
-      };
-    } else {
-      fn = [&world, send, recv, block, dt] { comm::alltoall(world, send, recv, block, dt); };
-    }
-    expect = [block, r](size_t i) { return ((static_cast<int>(i / block) * 7 + r) % 50) + 1; };
-    check_count = block * static_cast<size_t>(n);
-  } else {
-    throw InvalidArgument("unknown collective '" + c +
-                          "'; accepted: allreduce allgather broadcast reduce-scatter alltoall");
-  }
+  const Call call = call_of(o, world, algo, bytes, send, recv);
+  row.count = call.count;
   if (row.count == 0) return row;
   const int iters = bytes >= (size_t{32} << 20) ? std::max(3, o.iterations / 4) : o.iterations;
-  row.time_us = time_calls(world, o.warmup, iters, fn);
-  long wrong = count_wrong(dt, recv, check_count, expect);
+  row.time_us = time_calls(world, o.warmup, iters, call.fn);
+  int64_t w = count_wrong(o.dtype, call.checked, call.check_count, call.expect);
   comm::AllreduceOptions sum;
   sum.algorithm = Algorithm::kMpi;
-  int64_t w = wrong;
   comm::allreduce(world, &w, &w, 1, DataType::kInt64, sum);
   row.wrong = static_cast<long>(w);
-  const size_t moved = c == "allreduce" || c == "broadcast" ? row.count * esize : bytes;
+  const std::string& c = o.collective;
+  const size_t moved =
+      c == "allreduce" || c == "broadcast" ? row.count * dtype_size(o.dtype) : bytes;
   row.algbw = static_cast<double>(moved) / row.time_us / 1e3;
-  row.busbw = row.algbw * bus_factor(c, n);
+  row.busbw = row.algbw * bus_factor(c, world.size());
   return row;
 }
 
@@ -408,6 +455,47 @@ int run_bench(const BenchOptions& o) {
 
 namespace {
 
+// Machine parameters for the formulas (other rank counts, the simulator): the reduction
+// kernel's speed measured directly, then the links fitted through ring's and hierarchical's
+// formulas from the measured `curves`.
+void fit_machine(Communicator& world,
+                 std::map<Algorithm, std::vector<std::pair<size_t, double>>>& curves,
+                 comm::CostTable* t) {
+  comm::CostTable& table = *t;
+  {
+    const size_t count = (size_t{16} << 20) / 4;
+    Buffer a(count * 4), b(count * 4);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 5; ++i)
+      reduce(DataType::kFloat32, ReduceOp::kSum, a.get(), b.get(), a.get(), count);
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 5;
+    table.reduce_us_per_byte = us / static_cast<double>(count * 4);
+  }
+  // Per rank while all copy, times the ranks: the node's throughput for the engine's copies.
+  table.node_copy_gbps = fusion_copy_gbps(world) * world.local_size();
+  const double p = world.size();
+  const double g = table.reduce_us_per_byte;
+  std::vector<std::array<double, 3>> ring_rows, shm_rows;
+  for (const auto& pt : curves[Algorithm::kRing]) {
+    const double bytes = static_cast<double>(pt.first);
+    ring_rows.push_back(
+        {2 * (p - 1), 2 * (p - 1) / p * bytes, pt.second - (p - 1) / p * bytes * g});
+  }
+  const double l = world.local_size();
+  for (const auto& pt : curves[Algorithm::kHierarchical]) {
+    const double bytes = static_cast<double>(pt.first);
+    if (bytes <= 16384 || world.num_nodes() > 1) continue;
+    const double pieces = std::ceil(bytes / static_cast<double>(table.shm_bytes));
+    shm_rows.push_back({2 * pieces, 2 * (l - 1) / l * bytes, pt.second - (l - 1) / l * bytes * g});
+  }
+  if (world.num_nodes() > 1) {
+    table.net = comm::fit_link(ring_rows);
+  } else {
+    table.p2p = comm::fit_link(ring_rows);
+  }
+  if (shm_rows.size() >= 2 && l > 1) table.shm = comm::fit_link(shm_rows);
+}
+
 int run_calibration(const BenchOptions& o, Communicator& world) {
   const int n = world.size();
   TESSERA_CHECK(n >= 2, "--calibrate needs at least 2 ranks (run it under mpirun -np N)");
@@ -438,41 +526,7 @@ int run_calibration(const BenchOptions& o, Communicator& world) {
     m.points = kv.second;
     table.measured.push_back(m);
   }
-  // Machine parameters for the formulas (other rank counts, the simulator): the reduction
-  // kernel's speed measured directly, then the links fitted through ring's and hierarchical's
-  // formulas.
-  {
-    const size_t count = (size_t{16} << 20) / 4;
-    Buffer a(count * 4), b(count * 4);
-    const auto t0 = Clock::now();
-    for (int i = 0; i < 5; ++i)
-      reduce(DataType::kFloat32, ReduceOp::kSum, a.get(), b.get(), a.get(), count);
-    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 5;
-    table.reduce_us_per_byte = us / static_cast<double>(count * 4);
-  }
-  // Per rank while all copy, times the ranks: the node's throughput for the engine's copies.
-  table.node_copy_gbps = fusion_copy_gbps(world) * world.local_size();
-  const double p = n;
-  const double g = table.reduce_us_per_byte;
-  std::vector<std::array<double, 3>> ring_rows, shm_rows;
-  for (const auto& pt : curves[Algorithm::kRing]) {
-    const double bytes = static_cast<double>(pt.first);
-    ring_rows.push_back(
-        {2 * (p - 1), 2 * (p - 1) / p * bytes, pt.second - (p - 1) / p * bytes * g});
-  }
-  const double l = world.local_size();
-  for (const auto& pt : curves[Algorithm::kHierarchical]) {
-    const double bytes = static_cast<double>(pt.first);
-    if (bytes <= 16384 || world.num_nodes() > 1) continue;
-    const double pieces = std::ceil(bytes / static_cast<double>(table.shm_bytes));
-    shm_rows.push_back({2 * pieces, 2 * (l - 1) / l * bytes, pt.second - (l - 1) / l * bytes * g});
-  }
-  if (world.num_nodes() > 1) {
-    table.net = comm::fit_link(ring_rows);
-  } else {
-    table.p2p = comm::fit_link(ring_rows);
-  }
-  if (shm_rows.size() >= 2 && l > 1) table.shm = comm::fit_link(shm_rows);
+  fit_machine(world, curves, &table);
   if (world.rank() == 0) {
     std::ofstream out(o.table_path + ".tmp");
     out << comm::cost_table_to_json(table) << "\n";
@@ -492,5 +546,5 @@ int run_calibration(const BenchOptions& o, Communicator& world) {
 }
 
 }  // namespace
-}  // namespace app
+}  // namespace bench
 }  // namespace tessera

@@ -14,7 +14,7 @@ class Communicator;
 }  // namespace tessera
 
 namespace tessera {
-namespace app {
+namespace bench {
 
 struct BenchOptions {
   std::string collective = "allreduce";  // allreduce allgather broadcast reduce-scatter alltoall
@@ -59,5 +59,5 @@ std::vector<size_t> sizes(const BenchOptions& o, size_t granule);
 // nccl-tests' bus bandwidth factor of `collective` on n ranks.
 double bus_factor(const std::string& collective, int n);
 
-}  // namespace app
+}  // namespace bench
 }  // namespace tessera

@@ -1,4 +1,4 @@
-#include "train/data_benchmark.h"
+#include "bench/data.h"
 
 #include <algorithm>
 #include <chrono>

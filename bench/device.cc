@@ -9,7 +9,7 @@
 #include <cstring>
 #include <memory>
 
-#include "apps/tessera/bench_collectives.h"
+#include "bench/collectives.h"
 #include "comm/collectives.h"
 #include "comm/device_collectives.h"
 #include "common/error.h"
@@ -18,7 +18,7 @@
 #include "tune/model_gradients.h"
 
 namespace tessera {
-namespace app {
+namespace bench {
 namespace {
 
 using comm::Communicator;
@@ -352,5 +352,5 @@ int run_device_bench(const BenchOptions& o) {
   return total_wrong == 0 ? 0 : 1;
 }
 
-}  // namespace app
+}  // namespace bench
 }  // namespace tessera

@@ -1,4 +1,4 @@
-#include "apps/tessera/bench_engine.h"
+#include "bench/engine.h"
 
 #include <unistd.h>
 
@@ -19,7 +19,7 @@
 #include "engine/engine.h"
 
 namespace tessera {
-namespace app {
+namespace bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -139,150 +139,168 @@ std::vector<std::vector<int64_t>> resnet50_parameter_shapes() {
   return s;
 }
 
-int run_engine_bench(const EngineBenchOptions& o) {
-  auto world = comm::Communicator::world();
-  const int n = world->size();
-  const auto shapes = resnet50_parameter_shapes();
+namespace {
+
+// ResNet-50's gradients (ones) and their outputs.
+struct Gradients {
+  std::vector<std::vector<int64_t>> shapes = resnet50_parameter_shapes();
   std::vector<std::vector<float>> grads, outs;
   size_t total = 0;
-  for (const auto& shape : shapes) {
-    size_t e = 1;
-    for (int64_t d : shape) e *= static_cast<size_t>(d);
-    grads.emplace_back(e, 1.0f);
-    outs.emplace_back(e, 0.0f);
-    total += e;
+  Gradients() {
+    for (const auto& shape : shapes) {
+      size_t e = 1;
+      for (int64_t d : shape) e *= static_cast<size_t>(d);
+      grads.emplace_back(e, 1.0f);
+      outs.emplace_back(e, 0.0f);
+      total += e;
+    }
   }
+};
+
+// Reference: one MPI_Allreduce over the same bytes (ms, median, the slowest rank's).
+double mpi_allreduce_ms(comm::Communicator& world, const EngineBenchOptions& o, size_t total) {
+  std::vector<float> flat(total, 1.0f), out(total);
+  comm::AllreduceOptions mpi;
+  mpi.algorithm = comm::Algorithm::kMpi;
+  std::vector<double> t;
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    comm::barrier(world);
+    const auto t0 = Clock::now();
+    comm::allreduce(world, flat.data(), out.data(), total, DataType::kFloat32, mpi);
+    if (i >= o.warmup) t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return max_over_ranks(world, median(t));
+}
+
+// Steps of every gradient through an engine with the cache on or off: the report's entry.
+nlohmann::json engine_steps(comm::Communicator& world, const EngineBenchOptions& o, Gradients& g,
+                            bool cache_on, bool same_clock) {
+  engine::EngineOptions eo = o.engine;
+  eo.tunables.cache_enabled = cache_on;
+  engine::Engine engine(world, eo);
+  std::vector<double> step_ms, control_ms, control_cpu_ms, cycles, rounds;
+  std::vector<std::pair<uint64_t, uint64_t>> step_cycles;
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    comm::barrier(world);
+    const engine::Engine::Stats before = engine.stats();
+    const auto t0 = Clock::now();
+    std::vector<engine::Handle> handles;
+    // Backward produces gradients from the last layer to the first.
+    for (size_t k = g.shapes.size(); k-- > 0;) {
+      handles.push_back(engine.enqueue_allreduce("grad." + std::to_string(k), g.grads[k].data(),
+                                                 g.outs[k].data(), DataType::kFloat32, g.shapes[k]));
+    }
+    for (auto& h : handles) h.wait();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const engine::Engine::Stats after = engine.stats();
+    if (i < o.warmup) continue;
+    step_ms.push_back(ms);
+    control_ms.push_back((after.control_seconds - before.control_seconds) * 1e3);
+    control_cpu_ms.push_back((after.control_cpu_seconds - before.control_cpu_seconds) * 1e3);
+    cycles.push_back(static_cast<double>(after.cycles - before.cycles));
+    rounds.push_back(static_cast<double>(after.coordinator_rounds - before.coordinator_rounds));
+    step_cycles.emplace_back(before.cycles, after.cycles);
+  }
+  nlohmann::json r;
+  if (same_clock) {
+    const CriticalPath cp = critical_path(world, engine.cycle_log(), step_cycles);
+    r["control_critical_ms_per_step"] = median(cp.agreed_ms);
+    r["control_critical_all_ms_per_step"] = median(cp.all_ms);
+  }
+  r["step_ms"] = max_over_ranks(world, median(step_ms));
+  r["control_ms_per_step"] = max_over_ranks(world, median(control_ms));
+  r["control_cpu_ms_per_step"] = max_over_ranks(world, median(control_cpu_ms));
+  r["cycles_per_step"] = median(cycles);
+  r["coordinator_rounds_per_step"] = median(rounds);
+  for (const auto& out : g.outs) {
+    TESSERA_CHECK(out.front() == static_cast<float>(1.0) && out.back() == 1.0f,
+                  "engine bench: wrong average");
+  }
+  return r;
+}
+
+// Latency of one 4 KiB allreduce through the engine at `cycle` ms (us, median, slowest rank).
+double latency_us(comm::Communicator& world, const EngineBenchOptions& o, double cycle) {
+  engine::EngineOptions eo = o.engine;
+  eo.tunables.cycle_time_ms = cycle;
+  engine::Engine engine(world, eo);
+  std::vector<float> x(1024, 1.0f), y(1024);
+  std::vector<double> us;
+  for (int i = 0; i < o.latency_iterations; ++i) {
+    comm::barrier(world);
+    const auto t0 = Clock::now();
+    engine.enqueue_allreduce("latency", x.data(), y.data(), DataType::kFloat32, {1024}).wait();
+    if (i >= 10) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  return max_over_ranks(world, median(us));
+}
+
+void print_report(const nlohmann::json& report, bool same_clock) {
+  const double mpi = report["mpi_allreduce_ms"];
+  for (const char* key : {"cache_on", "cache_off"}) {
+    const double step = report[key]["step_ms"], control = report[key]["control_ms_per_step"];
+    const double cpu = report[key]["control_cpu_ms_per_step"];
+    std::printf(
+        "  %-9s step %9.3f ms (%.2fx one MPI_Allreduce of %.3f ms)  control plane "
+        "%8.3f ms per step, of it CPU %.3f ms; %.0f cycles, %.0f coordinator rounds per step\n",
+        key, step, step / mpi, mpi, control, cpu, report[key]["cycles_per_step"].get<double>(),
+        report[key]["coordinator_rounds_per_step"].get<double>());
+  }
+  // Cache off over cache on, for each measure of the control plane.
+  auto ratio = [&](const char* measure) {
+    return report["cache_off"][measure].get<double>() / report["cache_on"][measure].get<double>();
+  };
+  std::printf("  control plane, cache off / on: %.2fx local wall, %.2fx CPU\n",
+              ratio("control_ms_per_step"), ratio("control_cpu_ms_per_step"));
+  if (same_clock) {
+    std::printf(
+        "  control plane on the critical path (from the last rank's arrival; ms per step, on / "
+        "off):\n    until the first rank has the agreement %8.3f / %8.3f = %.2fx\n"
+        "    until every rank has it               %8.3f / %8.3f = %.2fx\n",
+        report["cache_on"]["control_critical_ms_per_step"].get<double>(),
+        report["cache_off"]["control_critical_ms_per_step"].get<double>(),
+        ratio("control_critical_ms_per_step"),
+        report["cache_on"]["control_critical_all_ms_per_step"].get<double>(),
+        report["cache_off"]["control_critical_all_ms_per_step"].get<double>(),
+        ratio("control_critical_all_ms_per_step"));
+  } else {
+    std::printf("  (ranks on several hosts: no common clock, so no critical-path figures)\n");
+  }
+  std::printf("  4 KiB allreduce through the engine: %.1f us (cycle %.1f ms), %.1f us (cycle 0)\n",
+              report["latency_4KiB_us"]["cycle_default"].get<double>(),
+              report["latency_4KiB_us"]["cycle_default_ms"].get<double>(),
+              report["latency_4KiB_us"]["cycle_0ms"].get<double>());
+}
+
+}  // namespace
+
+int run_engine_bench(const EngineBenchOptions& o) {
+  auto world = comm::Communicator::world();
+  Gradients g;
   const bool same_clock = one_host(*world);
-  nlohmann::json report;
-  report["ranks"] = n;
-  report["tensors"] = shapes.size();
-  report["bytes_per_step"] = total * 4;
+  nlohmann::json report = {
+      {"ranks", world->size()}, {"tensors", g.shapes.size()}, {"bytes_per_step", g.total * 4}};
   if (world->rank() == 0) {
     std::printf(
         "# tessera bench engine: %d ranks, ResNet-50 gradients: %zu tensors, %zu "
         "parameters, %.1f MB per step; %d steps after %d warm-up, medians\n",
-        n, shapes.size(), total, total * 4 / 1e6, o.steps, o.warmup);
+        world->size(), g.shapes.size(), g.total, g.total * 4 / 1e6, o.steps, o.warmup);
     std::printf(
         "# control plane: engine time per step outside data movement (negotiation, and "
         "waiting in it for the other ranks)\n");
   }
-  // Reference: one MPI_Allreduce over the same bytes.
-  {
-    std::vector<float> flat(total, 1.0f), out(total);
-    comm::AllreduceOptions mpi;
-    mpi.algorithm = comm::Algorithm::kMpi;
-    std::vector<double> t;
-    for (int i = 0; i < o.warmup + o.steps; ++i) {
-      comm::barrier(*world);
-      const auto t0 = Clock::now();
-      comm::allreduce(*world, flat.data(), out.data(), total, DataType::kFloat32, mpi);
-      if (i >= o.warmup)
-        t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    }
-    report["mpi_allreduce_ms"] = max_over_ranks(*world, median(t));
-  }
-  for (const bool cache_on : {true, false}) {
-    engine::EngineOptions eo = o.engine;
-    eo.tunables.cache_enabled = cache_on;
-    engine::Engine engine(*world, eo);
-    const std::string key = cache_on ? "cache_on" : "cache_off";
-    std::vector<double> step_ms, control_ms, control_cpu_ms, cycles, rounds;
-    std::vector<std::pair<uint64_t, uint64_t>> step_cycles;
-    for (int i = 0; i < o.warmup + o.steps; ++i) {
-      comm::barrier(*world);
-      const engine::Engine::Stats before = engine.stats();
-      const auto t0 = Clock::now();
-      std::vector<engine::Handle> handles;
-      // Backward produces gradients from the last layer to the first.
-      for (size_t k = shapes.size(); k-- > 0;) {
-        handles.push_back(engine.enqueue_allreduce("grad." + std::to_string(k), grads[k].data(),
-                                                   outs[k].data(), DataType::kFloat32, shapes[k]));
-      }
-      for (auto& h : handles) h.wait();
-      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      const engine::Engine::Stats after = engine.stats();
-      if (i >= o.warmup) {
-        step_ms.push_back(ms);
-        control_ms.push_back((after.control_seconds - before.control_seconds) * 1e3);
-        control_cpu_ms.push_back((after.control_cpu_seconds - before.control_cpu_seconds) * 1e3);
-        cycles.push_back(static_cast<double>(after.cycles - before.cycles));
-        rounds.push_back(static_cast<double>(after.coordinator_rounds - before.coordinator_rounds));
-        step_cycles.emplace_back(before.cycles, after.cycles);
-      }
-    }
-    if (same_clock) {
-      const CriticalPath cp = critical_path(*world, engine.cycle_log(), step_cycles);
-      report[key]["control_critical_ms_per_step"] = median(cp.agreed_ms);
-      report[key]["control_critical_all_ms_per_step"] = median(cp.all_ms);
-    }
-    report[key]["step_ms"] = max_over_ranks(*world, median(step_ms));
-    report[key]["control_ms_per_step"] = max_over_ranks(*world, median(control_ms));
-    report[key]["control_cpu_ms_per_step"] = max_over_ranks(*world, median(control_cpu_ms));
-    report[key]["cycles_per_step"] = median(cycles);
-    report[key]["coordinator_rounds_per_step"] = median(rounds);
-    for (const auto& out : outs) {
-      TESSERA_CHECK(out.front() == static_cast<float>(1.0) && out.back() == 1.0f,
-                    "engine bench: wrong average");
-    }
-  }
-  // Latency of one 4 KiB allreduce through the engine, at the configured cycle time and at 0.
-  for (const double cycle : {o.engine.tunables.cycle_time_ms, 0.0}) {
-    engine::EngineOptions eo = o.engine;
-    eo.tunables.cycle_time_ms = cycle;
-    engine::Engine engine(*world, eo);
-    std::vector<float> x(1024, 1.0f), y(1024);
-    std::vector<double> us;
-    for (int i = 0; i < o.latency_iterations; ++i) {
-      comm::barrier(*world);
-      const auto t0 = Clock::now();
-      engine.enqueue_allreduce("latency", x.data(), y.data(), DataType::kFloat32, {1024}).wait();
-      if (i >= 10)
-        us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-    }
-    report["latency_4KiB_us"][cycle == 0 ? "cycle_0ms" : "cycle_default"] =
-        max_over_ranks(*world, median(us));
-    report["latency_4KiB_us"]["cycle_default_ms"] = o.engine.tunables.cycle_time_ms;
-  }
+  report["mpi_allreduce_ms"] = mpi_allreduce_ms(*world, o, g.total);
+  report["cache_on"] = engine_steps(*world, o, g, true, same_clock);
+  report["cache_off"] = engine_steps(*world, o, g, false, same_clock);
+  report["latency_4KiB_us"]["cycle_default"] = latency_us(*world, o, o.engine.tunables.cycle_time_ms);
+  report["latency_4KiB_us"]["cycle_0ms"] = latency_us(*world, o, 0.0);
+  report["latency_4KiB_us"]["cycle_default_ms"] = o.engine.tunables.cycle_time_ms;
   if (world->rank() == 0) {
-    const double mpi = report["mpi_allreduce_ms"];
-    for (const char* key : {"cache_on", "cache_off"}) {
-      const double step = report[key]["step_ms"], control = report[key]["control_ms_per_step"];
-      const double cpu = report[key]["control_cpu_ms_per_step"];
-      std::printf(
-          "  %-9s step %9.3f ms (%.2fx one MPI_Allreduce of %.3f ms)  control plane "
-          "%8.3f ms per step, of it CPU %.3f ms; %.0f cycles, %.0f coordinator rounds per step\n",
-          key, step, step / mpi, mpi, control, cpu, report[key]["cycles_per_step"].get<double>(),
-          report[key]["coordinator_rounds_per_step"].get<double>());
-    }
-    // Cache off over cache on, for each measure of the control plane.
-    auto ratio = [&](const char* measure) {
-      return report["cache_off"][measure].get<double>() / report["cache_on"][measure].get<double>();
-    };
-    std::printf("  control plane, cache off / on: %.2fx local wall, %.2fx CPU\n",
-                ratio("control_ms_per_step"), ratio("control_cpu_ms_per_step"));
-    if (same_clock) {
-      std::printf(
-          "  control plane on the critical path (from the last rank's arrival; ms per step, on / "
-          "off):\n    until the first rank has the agreement %8.3f / %8.3f = %.2fx\n"
-          "    until every rank has it               %8.3f / %8.3f = %.2fx\n",
-          report["cache_on"]["control_critical_ms_per_step"].get<double>(),
-          report["cache_off"]["control_critical_ms_per_step"].get<double>(),
-          ratio("control_critical_ms_per_step"),
-          report["cache_on"]["control_critical_all_ms_per_step"].get<double>(),
-          report["cache_off"]["control_critical_all_ms_per_step"].get<double>(),
-          ratio("control_critical_all_ms_per_step"));
-    } else {
-      std::printf("  (ranks on several hosts: no common clock, so no critical-path figures)\n");
-    }
-    std::printf(
-        "  4 KiB allreduce through the engine: %.1f us (cycle %.1f ms), %.1f us (cycle 0)\n",
-        report["latency_4KiB_us"]["cycle_default"].get<double>(),
-        report["latency_4KiB_us"]["cycle_default_ms"].get<double>(),
-        report["latency_4KiB_us"]["cycle_0ms"].get<double>());
+    print_report(report, same_clock);
     if (!o.json_path.empty()) std::ofstream(o.json_path) << report.dump(1) << "\n";
   }
   return 0;
 }
 
-}  // namespace app
+}  // namespace bench
 }  // namespace tessera

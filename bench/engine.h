@@ -10,7 +10,7 @@
 #include "engine/options.h"
 
 namespace tessera {
-namespace app {
+namespace bench {
 
 struct EngineBenchOptions {
   int steps = 20;
@@ -25,5 +25,5 @@ std::vector<std::vector<int64_t>> resnet50_parameter_shapes();
 
 int run_engine_bench(const EngineBenchOptions& options);
 
-}  // namespace app
+}  // namespace bench
 }  // namespace tessera

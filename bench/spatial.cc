@@ -1,4 +1,4 @@
-#include "train/spatial_benchmark.h"
+#include "bench/spatial.h"
 
 #include <sys/resource.h>
 

@@ -1,4 +1,4 @@
-#include "train/benchmark.h"
+#include "bench/train.h"
 
 #include <chrono>
 #include <cmath>
@@ -6,6 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "bench/data.h"
+#include "bench/spatial.h"
 #include "common/error.h"
 #include "models/registry.h"
 #include "tessera/torch.h"
@@ -186,6 +188,36 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& o) {
                              static_cast<double>(o.iters * o.batches_per_iter);
   summarise(o, rates, r);
   return r;
+}
+
+TrainBenchOptions train_bench_options(const SharedBenchFlags& f) {
+  TrainBenchOptions o = f.train;
+  if (f.iters_given) o.iters = f.iters;
+  if (f.warmup_given) o.warmup = f.warmup;
+  o.json = f.json;
+  o.device = f.device;  // one --device for every bench
+  return o;
+}
+
+void apply_shared_flags(const SharedBenchFlags& f, DataBenchOptions* o) {
+  if (f.batch_size_given) o->batch_size = f.train.batch_size;
+  if (f.image_size_given) o->image_size = f.train.image_size;
+  o->threads = f.train.threads;
+  o->device = f.device;  // the reference step's, with these two of bench train
+  o->precision = f.train.precision;
+  o->memory_format = f.train.memory_format;
+  o->json = f.json;
+}
+
+void apply_shared_flags(const SharedBenchFlags& f, SpatialBenchOptions* o) {
+  if (f.batch_size_given) o->batch_size = f.train.batch_size;
+  if (f.image_size_given) o->image_size = f.train.image_size;
+  if (f.model_given) o->model = f.train.model;
+  if (f.iters_given) o->iters = f.iters;
+  if (f.warmup_given) o->warmup = f.warmup;
+  o->threads = f.train.threads;
+  o->json = f.json;
+  o->device = f.device;  // one --device for every bench
 }
 
 }  // namespace train

@@ -36,5 +36,23 @@ struct TrainBenchResult {
 
 TrainBenchResult run_train_benchmark(const TrainBenchOptions& options);
 
+// `tessera bench train|data|spatial` share one command line, whose flags land in a
+// TrainBenchOptions (bench train's defaults: batch 32 at 224^2) beside the collectives' --iters,
+// --warmup, --device and --json. Each benchmark takes from it what it shares, the sizes only
+// where they were given (its own defaults suit it better than a model benchmark's).
+struct SharedBenchFlags {
+  TrainBenchOptions train;
+  bool batch_size_given = false, image_size_given = false, model_given = false;
+  int iters = 0, warmup = 0;  // the collectives' --iters and --warmup...
+  bool iters_given = false, warmup_given = false;  // ...where given
+  std::string device = "cpu";
+  std::string json;
+};
+TrainBenchOptions train_bench_options(const SharedBenchFlags& flags);
+struct DataBenchOptions;
+struct SpatialBenchOptions;
+void apply_shared_flags(const SharedBenchFlags& flags, DataBenchOptions* data);
+void apply_shared_flags(const SharedBenchFlags& flags, SpatialBenchOptions* spatial);
+
 }  // namespace train
 }  // namespace tessera

@@ -6,7 +6,7 @@ namespace tessera {
 namespace app {
 
 void add_collective_bench_flags(CLI::App& cmd, BenchFlags& f) {
-  BenchOptions& o = f.options;
+  bench::BenchOptions& o = f.options;
   f.min_bytes = format_bytes(o.min_bytes);
   f.max_bytes = format_bytes(o.max_bytes);
   cmd.add_option("-b,--minbytes", f.min_bytes, "smallest size (bytes; K/M/G suffixes)");
@@ -36,7 +36,7 @@ void add_collective_bench_flags(CLI::App& cmd, BenchFlags& f) {
 }
 
 void finish_bench_options(BenchFlags& f) {
-  BenchOptions& o = f.options;
+  bench::BenchOptions& o = f.options;
   o.min_bytes = parse_bytes(f.min_bytes);
   o.max_bytes = parse_bytes(f.max_bytes);
   o.dtype = parse_dtype(f.dtype);

@@ -6,14 +6,14 @@
 #include <string>
 #include <vector>
 
-#include "apps/tessera/bench_collectives.h"
+#include "bench/collectives.h"
 
 namespace tessera {
 namespace app {
 
 struct BenchFlags {
-  BenchOptions options;
-  // Text until finish_bench_options parses it; the defaults are BenchOptions'.
+  bench::BenchOptions options;
+  // Text until finish_bench_options parses it; the defaults are bench::BenchOptions'..
   std::string min_bytes, max_bytes, dtype = "f32", op = "sum";
   std::vector<std::string> algorithms;
 };

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
     options.argv = &argv;
     session = std::make_unique<tessera::runtime::Session>(options);
     tessera::app::finish_bench_options(flags);
-    rc = tessera::app::run_bench(flags.options);
+    rc = tessera::bench::run_bench(flags.options);
   } catch (const std::exception& e) {
     error = e.what();
     rc = 2;

@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "data/make_dataset.h"
-#include "train/data_benchmark.h"
+#include "bench/data.h"
 
 namespace tessera {
 namespace app {

@@ -1,5 +1,5 @@
 // tessera: one binary, subcommands. This file only parses the command line and reports errors;
-// the work lives in the libraries (and bench_collectives.cc for the benchmark tables).
+// the work lives in the libraries (the benchmarks in bench/).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -12,18 +12,19 @@
 #include <vector>
 
 #include "apps/tessera/bench_cli.h"
-#include "apps/tessera/bench_collectives.h"
-#include "apps/tessera/bench_engine.h"
 #include "apps/tessera/data_cli.h"
 #include "apps/tessera/simulate_cli.h"
 #include "apps/tessera/train_cli.h"
-#include "comm/communicator.h"
+#include "bench/collectives.h"
+#include "bench/data.h"
+#include "bench/engine.h"
+#include "bench/spatial.h"
+#include "bench/train.h"
 #include "common/error.h"
 #include "common/settings.h"
 #include "engine/options.h"
 #include "runtime/session.h"
 #include "tessera/torch.h"
-#include "train/spatial_benchmark.h"
 #include "tune/settings.h"
 
 namespace {
@@ -104,156 +105,148 @@ int main(int argc, char** argv) {
 
 namespace {
 
-int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) {
-  CLI::App app{"tessera: data- and spatially-parallel training of convolutional networks over MPI"};
-  app.require_subcommand(1);
+namespace app = tessera::app;
+namespace train = tessera::train;
 
-  tessera::app::BenchFlags bench_flags;
-  tessera::app::BenchOptions& bench = bench_flags.options;
-  CLI::App* bench_cmd = app.add_subcommand("bench", "benchmark a collective beside MPI's own");
-  bench_cmd
+// Every subcommand's options and the parsed commands.
+struct Commands {
+  app::BenchFlags bench_flags;
+  train::TrainBenchOptions train_bench;
+  train::DataBenchOptions data_bench;
+  train::SpatialBenchOptions spatial_bench;
+  tessera::data::MakeDatasetOptions make_dataset;
+  train::TrainOptions train;
+  app::SimulateOptions simulate;
+  app::ExportOptions export_options;
+  std::string config_path;
+  CLI::App *bench = nullptr, *make_dataset_cmd = nullptr, *train_cmd = nullptr,
+           *simulate_cmd = nullptr, *settings_cmd = nullptr, *export_cmd = nullptr;
+};
+
+void add_bench_command(CLI::App& cli, Commands& c) {
+  tessera::bench::BenchOptions& bench = c.bench_flags.options;
+  c.bench = cli.add_subcommand("bench", "benchmark a collective beside MPI's own");
+  c.bench
       ->add_option("collective", bench.collective,
                    "allreduce, allgather, broadcast, reduce-scatter, alltoall, engine, train, "
                    "data or spatial")
       ->required()
       ->check(CLI::IsMember({"allreduce", "allgather", "broadcast", "reduce-scatter", "alltoall",
                              "engine", "train", "data", "spatial"}));
-  tessera::app::add_collective_bench_flags(*bench_cmd, bench_flags);
-
-  tessera::train::TrainBenchOptions train_bench;
-  tessera::app::add_train_bench_options(*bench_cmd, train_bench);
-  tessera::train::DataBenchOptions data_bench;
-  tessera::app::add_data_bench_options(*bench_cmd, data_bench);
-  tessera::train::SpatialBenchOptions spatial_bench;
-  bench_cmd->add_option("--spatial", spatial_bench.grid,
-                        "bench spatial: HxW grid of tiles (1x1: the ordinary model, whole image)");
-  tessera::data::MakeDatasetOptions make_dataset;
-  CLI::App* make_dataset_cmd = tessera::app::add_make_dataset_command(app, make_dataset);
-  tessera::train::TrainOptions train;
-  CLI::App* train_cmd = tessera::app::add_train_command(app, train);
-  tessera::app::SimulateOptions simulate;
-  CLI::App* simulate_cmd = tessera::app::add_simulate_command(app, simulate);
-  std::string config_path;
-  train_cmd->add_option("--config", config_path,
-                        "settings from this file (as tessera tune writes it) where the "
-                        "environment does not set them");
-  bench_cmd->add_option("--config", config_path, "settings from this file, as train");
-  app.add_subcommand("tune",
-                     "tune the engine's knobs while training: tessera tune [--log F] [--output F] "
-                     "[--bounds B] -- <train arguments>");
-  CLI::App* settings_cmd = app.add_subcommand(
-      "settings", "print every TESSERA_* setting, its default, range and meaning (docs/knobs.md)");
-  tessera::app::ExportOptions export_options;
-  CLI::App* export_cmd = tessera::app::add_export_command(app, export_options);
-
+  app::add_collective_bench_flags(*c.bench, c.bench_flags);
+  app::add_train_bench_options(*c.bench, c.train_bench);
+  app::add_data_bench_options(*c.bench, c.data_bench);
+  c.bench->add_option("--spatial", c.spatial_bench.grid,
+                      "bench spatial: HxW grid of tiles (1x1: the ordinary model, whole image)");
+  c.bench->add_option("--config", c.config_path, "settings from this file, as train");
   // A later -f/-b/... on the command line overrides an earlier one (scripts add their own).
-  for (CLI::Option* opt : bench_cmd->get_options()) {
+  for (CLI::Option* opt : c.bench->get_options()) {
     if (opt->get_name() != "--algo" && opt->get_name() != "--workers" &&
         opt->get_name() != "--backend")
       opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+}
 
-  if (settings_cmd->parsed()) {
-    // The declarations themselves, as docs/knobs.md's table (a test keeps the two equal).
-    std::fputs(tessera::settings_markdown(tessera::declared_settings()).c_str(), stdout);
-    return 0;
+void add_commands(CLI::App& cli, Commands& c) {
+  cli.require_subcommand(1);
+  add_bench_command(cli, c);
+  c.make_dataset_cmd = app::add_make_dataset_command(cli, c.make_dataset);
+  c.train_cmd = app::add_train_command(cli, c.train);
+  c.simulate_cmd = app::add_simulate_command(cli, c.simulate);
+  c.train_cmd->add_option("--config", c.config_path,
+                          "settings from this file (as tessera tune writes it) where the "
+                          "environment does not set them");
+  cli.add_subcommand("tune",
+                     "tune the engine's knobs while training: tessera tune [--log F] [--output F] "
+                     "[--bounds B] -- <train arguments>");
+  c.settings_cmd = cli.add_subcommand(
+      "settings", "print every TESSERA_* setting, its default, range and meaning (docs/knobs.md)");
+  c.export_cmd = app::add_export_command(cli, c.export_options);
+}
+
+bool given(const CLI::App* cmd, const char* flag) { return cmd->get_option(flag)->count() > 0; }
+
+// What bench train/data/spatial share of the one bench command line (bench/train.h).
+train::SharedBenchFlags shared_bench_flags(const Commands& c) {
+  train::SharedBenchFlags f;
+  f.train = c.train_bench;
+  f.batch_size_given = given(c.bench, "--batch-size");
+  f.image_size_given = given(c.bench, "--image-size");
+  f.model_given = given(c.bench, "--model");
+  f.iters = c.bench_flags.options.iterations;
+  f.warmup = c.bench_flags.options.warmup;
+  f.iters_given = given(c.bench, "--iters");
+  f.warmup_given = given(c.bench, "--warmup");
+  f.device = c.bench_flags.options.device;
+  f.json = c.bench_flags.options.json_path;
+  return f;
+}
+
+// The commands that run on libtorch, after tessera::init.
+int run_torch_command(Commands& c) {
+  const std::string& what = c.bench_flags.options.collective;
+  if (c.train_cmd->parsed()) {
+    // Slides come in CSV manifests and train a classifier (ResNet-50, as Tsaris et al.); the
+    // defaults voc and deeplabv3plus_resnet18 are data parallelism's.
+    if (!c.train.spatial.empty() && !given(c.train_cmd, "--format")) c.train.format = "csv";
+    if (!c.train.spatial.empty() && !given(c.train_cmd, "--model")) c.train.model = "resnet50";
+    train::run_training(c.train);
+  } else if (c.make_dataset_cmd->parsed()) {
+    return tessera::rank() == 0 ? app::run_make_dataset(c.make_dataset) : 0;
+  } else if (c.export_cmd->parsed()) {
+    return app::run_export(c.export_options);
+  } else if (what == "data") {
+    train::apply_shared_flags(shared_bench_flags(c), &c.data_bench);
+    train::run_data_benchmark(c.data_bench);
+  } else if (what == "spatial") {
+    train::apply_shared_flags(shared_bench_flags(c), &c.spatial_bench);
+    train::run_spatial_benchmark(c.spatial_bench);
+  } else {
+    train::run_train_benchmark(train::train_bench_options(shared_bench_flags(c)));
   }
-  if (simulate_cmd->parsed()) {
-    // Sequential and MPI-free: runs as one process, no mpirun needed.
-    try {
-      return tessera::app::run_simulate(simulate);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "tessera: error: %s\n", e.what());
-      return 2;
-    }
-  }
+  return 0;
+}
+
+// The collectives' and the engine's benchmarks, in a session without an engine of its own.
+int run_comm_bench(Commands& c, const tessera::SettingValues& settings) {
+  app::finish_bench_options(c.bench_flags);
+  const tessera::bench::BenchOptions& bench = c.bench_flags.options;
+  if (bench.collective != "engine") return tessera::bench::run_bench(bench);
+  tessera::bench::EngineBenchOptions eb;
+  eb.engine = tessera::engine::options_from(settings);
+  eb.json_path = bench.json_path;
+  eb.steps = bench.iterations;
+  eb.warmup = bench.warmup;
+  return tessera::bench::run_engine_bench(eb);
+}
+
+// Opens the session (through tessera::init for the libtorch commands), runs the command, and
+// ends the session with its error, so that the other ranks learn it instead of waiting.
+int run_in_session(Commands& c, int argc, char** argv, const tessera::SettingValues& explicit_) {
+  const std::string& what = c.bench_flags.options.collective;
+  const bool uses_torch = c.train_cmd->parsed() || c.export_cmd->parsed() ||
+                          c.make_dataset_cmd->parsed() ||
+                          (c.bench->parsed() &&
+                           (what == "train" || what == "data" || what == "spatial"));
   int rc = 0;
   std::string error;
-  const bool uses_torch =
-      train_cmd->parsed() || export_cmd->parsed() || make_dataset_cmd->parsed() ||
-      (bench_cmd->parsed() && (bench.collective == "train" || bench.collective == "data" ||
-                               bench.collective == "spatial"));
   std::unique_ptr<tessera::runtime::Session> session;
   try {
-    tessera::runtime::SessionOptions options;
-    options.settings = explicit_settings;
-    options.config_file = config_path;
-    // The collective benchmarks measure comm and a bare engine of their own; the libtorch
-    // commands run through tessera::init, which opens the same session with its engine.
-    options.engine = false;
-    options.argc = &argc;
-    options.argv = &argv;
-    tessera::SettingValues settings;
     if (uses_torch) {
       tessera::InitOptions init_options;
-      init_options.settings = explicit_settings;
-      init_options.config_file = config_path;
+      init_options.settings = explicit_;
+      init_options.config_file = c.config_path;
       tessera::init(init_options);
-      settings = tessera::settings();
+      rc = run_torch_command(c);
     } else {
+      tessera::runtime::SessionOptions options;
+      options.settings = explicit_;
+      options.config_file = c.config_path;
+      options.engine = false;  // the benchmarks make bare engines of their own
+      options.argc = &argc;
+      options.argv = &argv;
       session = std::make_unique<tessera::runtime::Session>(options);
-      settings = session->settings();
-    }
-    if (train_cmd->parsed()) {
-      // Slides come in CSV manifests and train a classifier (ResNet-50, as Tsaris et al.); the
-      // defaults voc and deeplabv3plus_resnet18 are data parallelism's.
-      if (!train.spatial.empty() && train_cmd->get_option("--format")->count() == 0)
-        train.format = "csv";
-      if (!train.spatial.empty() && train_cmd->get_option("--model")->count() == 0)
-        train.model = "resnet50";
-      tessera::train::run_training(train);
-    } else if (make_dataset_cmd->parsed()) {
-      rc = tessera::rank() == 0 ? tessera::app::run_make_dataset(make_dataset) : 0;
-    } else if (bench_cmd->parsed() && bench.collective == "data") {
-      // Shared with bench train, whose defaults (32 at 224^2) suit a model benchmark, not this.
-      if (bench_cmd->get_option("--batch-size")->count() > 0)
-        data_bench.batch_size = train_bench.batch_size;
-      if (bench_cmd->get_option("--image-size")->count() > 0)
-        data_bench.image_size = train_bench.image_size;
-      data_bench.threads = train_bench.threads;
-      data_bench.device = bench.device;  // the reference step's, with these two of bench train
-      data_bench.precision = train_bench.precision;
-      data_bench.memory_format = train_bench.memory_format;
-      data_bench.json = bench.json_path;
-      tessera::train::run_data_benchmark(data_bench);
-    } else if (bench_cmd->parsed() && bench.collective == "spatial") {
-      // Shared with bench train, whose defaults (batch 32 at 224^2) are not this one's.
-      if (bench_cmd->get_option("--batch-size")->count() > 0)
-        spatial_bench.batch_size = train_bench.batch_size;
-      if (bench_cmd->get_option("--image-size")->count() > 0)
-        spatial_bench.image_size = train_bench.image_size;
-      if (bench_cmd->get_option("--model")->count() > 0) spatial_bench.model = train_bench.model;
-      if (bench_cmd->get_option("--iters")->count() > 0) spatial_bench.iters = bench.iterations;
-      if (bench_cmd->get_option("--warmup")->count() > 0) spatial_bench.warmup = bench.warmup;
-      spatial_bench.threads = train_bench.threads;
-      spatial_bench.json = bench.json_path;
-      spatial_bench.device = bench.device;  // one --device for every bench
-      tessera::train::run_spatial_benchmark(spatial_bench);
-    } else if (export_cmd->parsed()) {
-      rc = tessera::app::run_export(export_options);
-    } else if (bench_cmd->parsed() && bench.collective == "train") {
-      if (bench_cmd->get_option("--iters")->count() > 0) train_bench.iters = bench.iterations;
-      if (bench_cmd->get_option("--warmup")->count() > 0) train_bench.warmup = bench.warmup;
-      train_bench.json = bench.json_path;
-      train_bench.device = bench.device;  // one --device for every bench
-      tessera::train::run_train_benchmark(train_bench);
-    } else if (bench_cmd->parsed()) {
-      tessera::app::finish_bench_options(bench_flags);
-      if (bench.collective == "engine") {
-        tessera::app::EngineBenchOptions eb;
-        eb.engine = tessera::engine::options_from(settings);
-        eb.json_path = bench.json_path;
-        eb.steps = bench.iterations;
-        eb.warmup = bench.warmup;
-        rc = tessera::app::run_engine_bench(eb);
-      } else {
-        rc = tessera::app::run_bench(bench);
-      }
+      rc = run_comm_bench(c, session->settings());
     }
   } catch (const tessera::Error& e) {
     error = e.what();
@@ -269,13 +262,35 @@ int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) 
     std::fprintf(stderr, "tessera: error: %s\n", error.c_str());
     std::fflush(stderr);
   }
-  // With an error, the other ranks learn it (and end) instead of waiting on this one.
-  if (uses_torch) {
-    tessera::shutdown(error);
-  } else if (session) {
-    session->end(error);
-  }
+  if (uses_torch) tessera::shutdown(error);
+  if (session) session->end(error);
   return rc;
+}
+
+int run(int argc, char** argv, const tessera::SettingValues& explicit_settings) {
+  CLI::App cli{"tessera: data- and spatially-parallel training of convolutional networks over MPI"};
+  Commands c;
+  add_commands(cli, c);
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e);
+  }
+  if (c.settings_cmd->parsed()) {
+    // The declarations themselves, as docs/knobs.md's table (a test keeps the two equal).
+    std::fputs(tessera::settings_markdown(tessera::declared_settings()).c_str(), stdout);
+    return 0;
+  }
+  if (c.simulate_cmd->parsed()) {
+    // Sequential and MPI-free: runs as one process, no mpirun needed.
+    try {
+      return app::run_simulate(c.simulate);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tessera: error: %s\n", e.what());
+      return 2;
+    }
+  }
+  return run_in_session(c, argc, argv, explicit_settings);
 }
 
 }  // namespace

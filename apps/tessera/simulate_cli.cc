@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "apps/tessera/bench_engine.h"
+#include "bench/engine.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/settings.h"
@@ -139,7 +139,7 @@ int run_validation(const SimulateOptions& o, const tune::Machine& m, const std::
     tune::Workload w;
     w.name = "bench engine (ResNet-50 gradients)";
     w.images_per_step = 1;
-    const auto shapes = resnet50_parameter_shapes();
+    const auto shapes = bench::resnet50_parameter_shapes();
     for (size_t i = shapes.size(); i-- > 0;) {
       double e = 1;
       for (int64_t d : shapes[i]) e *= static_cast<double>(d);
@@ -199,43 +199,46 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateOptions& o) {
   return c;
 }
 
-int run_simulate(const SimulateOptions& o) {
-  const tune::Machine m = machine_of(o);
-  const std::vector<int> gpus = parse_gpus(o.gpus);
-  for (int g : gpus) {
-    TESSERA_CHECK(static_cast<long long>(g) <= static_cast<long long>(m.nodes) * m.ranks_per_node,
-                  "--gpus ", g, " exceeds machine '", m.name, "' (", m.nodes, " nodes x ",
-                  m.ranks_per_node, " GPUs)");
-  }
-  if (!o.allreduce_sizes.empty() || o.engine_bench) return run_validation(o, m, gpus);
-  TESSERA_CHECK(o.batch_size >= 0 && o.images_per_s >= 0,
-                "--batch-size and --img-per-s must be >= 0 (0: the model's default)");
+namespace {
+
+// The workload to simulate: a recorded timeline's last step, or a model's parameter list at its
+// papers' per-GPU rate; `what` says where the gradients' ready times come from.
+struct SimWorkload {
   tune::Workload w;
   std::vector<double> bytes;
-  double batch = 0, rate = 0;
+  double batch = 0, rate = 0, total = 0;
   std::string what;
+};
+
+SimWorkload workload_of(const SimulateOptions& o) {
+  TESSERA_CHECK(o.batch_size >= 0 && o.images_per_s >= 0,
+                "--batch-size and --img-per-s must be >= 0 (0: the model's default)");
+  SimWorkload sw;
   if (!o.timeline.empty()) {
     TESSERA_CHECK(o.batch_size > 0,
                   "--timeline needs --batch-size: the recorded run's images per "
                   "rank per step");
     const std::vector<char> text = read_file(o.timeline);
-    w = tune::workload_from_timeline(std::string(text.begin(), text.end()), o.timeline,
-                                     o.batch_size);
-    for (const tune::Gradient& g : w.gradients) bytes.push_back(g.bytes);
-    batch = o.batch_size;
-    rate = batch / w.compute_s;
-    what = "the timeline's last complete step, gradients ready as recorded";
+    sw.w = tune::workload_from_timeline(std::string(text.begin(), text.end()), o.timeline,
+                                        o.batch_size);
+    for (const tune::Gradient& g : sw.w.gradients) sw.bytes.push_back(g.bytes);
+    sw.batch = o.batch_size;
+    sw.rate = sw.batch / sw.w.compute_s;
+    sw.what = "the timeline's last complete step, gradients ready as recorded";
   } else {
     const ModelDefaults d = defaults_for(o.model);
-    batch = o.batch_size > 0 ? o.batch_size : d.batch;
-    rate = o.images_per_s > 0 ? o.images_per_s : d.images_per_s;
-    bytes = gradient_bytes(d.registry_name);
-    w = tune::workload_from_sizes(d.registry_name, bytes, batch / rate, batch);
-    what = "ready evenly over backward (2/3 of compute)";
+    sw.batch = o.batch_size > 0 ? o.batch_size : d.batch;
+    sw.rate = o.images_per_s > 0 ? o.images_per_s : d.images_per_s;
+    sw.bytes = gradient_bytes(d.registry_name);
+    sw.w = tune::workload_from_sizes(d.registry_name, sw.bytes, sw.batch / sw.rate, sw.batch);
+    sw.what = "ready evenly over backward (2/3 of compute)";
   }
-  double total = 0;
-  for (double b : bytes) total += b;
-  const engine::Tunables s = tunables_of(o);
+  for (double b : sw.bytes) sw.total += b;
+  return sw;
+}
+
+nlohmann::json print_setup(const SimulateOptions& o, const tune::Machine& m, const SimWorkload& sw,
+                           const engine::Tunables& s) {
   std::printf(
       "# machine %s: %d nodes x %d GPUs; intra %.1f us %.1f GB/s, inter %.1f us %.1f GB/s per "
       "node (%d rails); reduce %.0f GB/s; coordinator %.2f us per request; jitter %.3f\n",
@@ -245,28 +248,51 @@ int run_simulate(const SimulateOptions& o) {
   std::printf(
       "# workload %s: %.0f img per GPU at %.1f img/s = %.1f ms compute; %zu gradients, %.1f MB; "
       "%s\n",
-      w.name.c_str(), batch, rate, w.compute_s * 1e3, bytes.size(), total / 1e6, what.c_str());
+      sw.w.name.c_str(), sw.batch, sw.rate, sw.w.compute_s * 1e3, sw.bytes.size(), sw.total / 1e6,
+      sw.what.c_str());
   std::printf("# engine: %s, fusion %s, cycle %.2f ms\n", o.algorithm.c_str(),
               o.fusion_threshold.c_str(), o.cycle_time_ms);
+  return {{"machine", machine_json(m)},
+          {"workload",
+           {{"model", sw.w.name},
+            {"batch_per_gpu", sw.batch},
+            {"images_per_s_per_gpu", sw.rate},
+            {"compute_s", sw.w.compute_s},
+            {"gradients", sw.bytes.size()},
+            {"bytes", sw.total}}},
+          {"settings",
+           {{"algorithm", o.algorithm},
+            {"fusion_threshold", s.fusion_threshold},
+            {"cycle_time_ms", s.cycle_time_ms}}}};
+}
+
+nlohmann::json point_json(int g, const tune::StepResult& r, const tune::StepResult& r_off,
+                          const nlohmann::json& by_algo) {
+  return {{"gpus", g},
+          {"efficiency", r.efficiency},
+          {"step_s", r.step_s},
+          {"throughput", r.throughput},
+          {"exposed_s", r.exposed_s},
+          {"control_s", r.control_s},
+          {"cycles", r.cycles},
+          {"buffers", r.buffers},
+          {"algorithm", comm::algorithm_name(r.largest_algorithm)},
+          {"efficiency_no_cache", r_off.efficiency},
+          {"control_s_no_cache", r_off.control_s},
+          {"speedup_from_cache", r_off.step_s / r.step_s},
+          {"efficiency_by_algorithm", by_algo}};
+}
+
+// One row per GPU count: the settings with the cache on and off, and each algorithm forced.
+std::vector<tune::Series> scaling_table(const SimulateOptions& o, const tune::Machine& m,
+                                        const tune::Workload& w, const std::vector<int>& gpus,
+                                        const engine::Tunables& s, nlohmann::json* out) {
   std::printf("%7s %6s %9s %10s %9s %9s %9s %9s %8s |", "gpus", "eff", "step_ms", "img/s",
               "exposed", "ctl_ms", "ctl_off", "eff_off", "algo");
   for (Algorithm a : tune::modelled_algorithms()) std::printf(" %7.7s", comm::algorithm_name(a));
   std::printf("\n");
-  nlohmann::json out = {{"machine", machine_json(m)},
-                        {"workload",
-                         {{"model", w.name},
-                          {"batch_per_gpu", batch},
-                          {"images_per_s_per_gpu", rate},
-                          {"compute_s", w.compute_s},
-                          {"gradients", bytes.size()},
-                          {"bytes", total}}},
-                        {"settings",
-                         {{"algorithm", o.algorithm},
-                          {"fusion_threshold", s.fusion_threshold},
-                          {"cycle_time_ms", s.cycle_time_ms}}}};
-  std::vector<tune::Series> series;
-  series.push_back({o.algorithm + " (cache on)", {}});
-  series.push_back({o.algorithm + " (cache off)", {}});
+  std::vector<tune::Series> series = {{o.algorithm + " (cache on)", {}},
+                                      {o.algorithm + " (cache off)", {}}};
   for (Algorithm a : tune::modelled_algorithms()) series.push_back({comm::algorithm_name(a), {}});
   for (int g : gpus) {
     engine::Tunables off = s;
@@ -281,29 +307,20 @@ int run_simulate(const SimulateOptions& o) {
     series[1].points.emplace_back(g, r_off.efficiency);
     size_t k = 2;
     for (Algorithm a : tune::modelled_algorithms()) {
-      const engine::Tunables sa = tune::with_algorithm(s, a);
-      const tune::StepResult ra = tune::simulate_step(m, w, g, sa);
+      const tune::StepResult ra = tune::simulate_step(m, w, g, tune::with_algorithm(s, a));
       std::printf(" %7.3f", ra.efficiency);
       by_algo[comm::algorithm_name(a)] = ra.efficiency;
       series[k++].points.emplace_back(g, ra.efficiency);
     }
     std::printf("\n");
-    out["points"].push_back({{"gpus", g},
-                             {"efficiency", r.efficiency},
-                             {"step_s", r.step_s},
-                             {"throughput", r.throughput},
-                             {"exposed_s", r.exposed_s},
-                             {"control_s", r.control_s},
-                             {"cycles", r.cycles},
-                             {"buffers", r.buffers},
-                             {"algorithm", comm::algorithm_name(r.largest_algorithm)},
-                             {"efficiency_no_cache", r_off.efficiency},
-                             {"control_s_no_cache", r_off.control_s},
-                             {"speedup_from_cache", r_off.step_s / r.step_s},
-                             {"efficiency_by_algorithm", by_algo}});
+    (*out)["points"].push_back(point_json(g, r, r_off, by_algo));
   }
-  // The knobs at the largest count: what fusion and cycle time buy there.
-  const int g = gpus.back();
+  return series;
+}
+
+// The knobs at the largest count: what fusion and cycle time buy there.
+void knob_sweeps(const SimulateOptions& o, const tune::Machine& m, const tune::Workload& w, int g,
+                 const engine::Tunables& s, nlohmann::json* out) {
   std::printf("# at %d GPUs: efficiency by fusion threshold (cycle %.2f ms)\n", g, s.cycle_time_ms);
   for (double f : {0.0, 1.0 * (1 << 20), 8.0 * (1 << 20), 32.0 * (1 << 20), 64.0 * (1 << 20),
                    128.0 * (1 << 20)}) {
@@ -312,7 +329,7 @@ int run_simulate(const SimulateOptions& o) {
     const tune::StepResult r = tune::simulate_step(m, w, g, sf);
     std::printf("    fusion %6.0f MiB: eff %.3f  step %.2f ms  %d buffers\n", f / (1 << 20),
                 r.efficiency, r.step_s * 1e3, r.buffers);
-    out["fusion_sweep"].push_back(
+    (*out)["fusion_sweep"].push_back(
         {{"fusion_threshold", f}, {"efficiency", r.efficiency}, {"step_s", r.step_s}});
   }
   std::printf("# at %d GPUs: efficiency by cycle time (fusion %s)\n", g,
@@ -323,13 +340,31 @@ int run_simulate(const SimulateOptions& o) {
     const tune::StepResult r = tune::simulate_step(m, w, g, sc);
     std::printf("    cycle %5.1f ms: eff %.3f  step %.2f ms  %d cycles\n", c, r.efficiency,
                 r.step_s * 1e3, r.cycles);
-    out["cycle_sweep"].push_back(
+    (*out)["cycle_sweep"].push_back(
         {{"cycle_time_ms", c}, {"efficiency", r.efficiency}, {"step_s", r.step_s}});
   }
+}
+
+}  // namespace
+
+int run_simulate(const SimulateOptions& o) {
+  const tune::Machine m = machine_of(o);
+  const std::vector<int> gpus = parse_gpus(o.gpus);
+  for (int g : gpus) {
+    TESSERA_CHECK(static_cast<long long>(g) <= static_cast<long long>(m.nodes) * m.ranks_per_node,
+                  "--gpus ", g, " exceeds machine '", m.name, "' (", m.nodes, " nodes x ",
+                  m.ranks_per_node, " GPUs)");
+  }
+  if (!o.allreduce_sizes.empty() || o.engine_bench) return run_validation(o, m, gpus);
+  const SimWorkload sw = workload_of(o);
+  const engine::Tunables s = tunables_of(o);
+  nlohmann::json out = print_setup(o, m, sw, s);
+  const std::vector<tune::Series> series = scaling_table(o, m, sw.w, gpus, s, &out);
+  knob_sweeps(o, m, sw.w, gpus.back(), s, &out);
   if (!o.json.empty()) write_text(o.json, out.dump(1) + "\n");
   if (!o.svg.empty()) {
     write_text(o.svg,
-               tune::efficiency_plot_svg(w.name + " on " + m.name + " (weak scaling)", series));
+               tune::efficiency_plot_svg(sw.w.name + " on " + m.name + " (weak scaling)", series));
   }
   return 0;
 }

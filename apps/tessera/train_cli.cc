@@ -38,54 +38,68 @@ void add_device_options(CLI::App& c, train::TrainOptions& o) {
 
 }  // namespace
 
+namespace {
+
+// What the trainer reads: the data set, its layout and the input pipeline.
+void add_data_options(CLI::App& c, train::TrainOptions& o) {
+  c.add_option("--data", o.data,
+                "synthetic (coloured shapes on noise, generated in memory) or a data set's folder")
+      ->capture_default_str();
+  c.add_option("--format", o.format,
+                "layout of --data DIR: folder (DIR/{train,val}/<class>/), csv "
+                "(DIR/{train,val}.csv), voc, cityscapes")
+      ->capture_default_str();
+  c.add_option("--workers", o.workers, "input pipeline threads per rank")->capture_default_str();
+  c.add_option("--prefetch", o.prefetch, "batches the pipeline makes ahead of the step")
+      ->capture_default_str();
+  c.add_flag("--keep-decoded", o.keep_decoded,
+              "keep decoded pixels in memory instead of the files' bytes (no decoding after the "
+              "first epoch, several times the memory)");
+  c.add_flag("--global-shuffle", o.global_shuffle,
+              "a new permutation of the whole data set every epoch: ranks exchange samples at "
+              "each epoch boundary (alltoallv); default: shuffle within each rank's shard");
+  c.add_option("--max-corrupt", o.max_corrupt,
+                "stop when more than this share of the training set is corrupt (skipped files "
+                "are listed at the end of each epoch)")
+      ->capture_default_str();
+  c.add_option("--train-size", o.train_size, "samples in the synthetic training set")
+      ->capture_default_str();
+  c.add_option("--val-size", o.val_size, "samples in the synthetic validation set")
+      ->capture_default_str();
+}
+
+// How much it trains and how the rate moves: batch, length, learning-rate schedule, SGD.
+void add_schedule_options(CLI::App& c, train::TrainOptions& o) {
+  c.add_option("--batch-size", o.batch_size, "samples per rank per step")->capture_default_str();
+  c.add_option("--epochs", o.epochs, "epochs (when --steps is 0)")->capture_default_str();
+  c.add_option("--steps", o.steps, "steps in total (overrides --epochs)")->capture_default_str();
+  c.add_option("--lr", o.lr, "learning rate for a global batch of --lr-base-batch")
+      ->capture_default_str();
+  c.add_option("--lr-base-batch", o.base_batch,
+                "global batch that --lr is given for; the rate scales linearly (Goyal et al.)")
+      ->capture_default_str();
+  c.add_option("--warmup-epochs", o.warmup_epochs,
+                "linear warm-up from the unscaled to the scaled rate")
+      ->capture_default_str();
+  c.add_option("--lr-schedule", o.lr_schedule, "constant, step, cosine or poly")
+      ->capture_default_str();
+  c.add_option("--lr-milestones", o.lr_milestones, "step schedule: epochs where lr *= gamma")
+      ->delimiter(',');
+  c.add_option("--lr-gamma", o.lr_gamma, "step schedule factor")->capture_default_str();
+  c.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  c.add_option("--weight-decay", o.weight_decay, "SGD weight decay")->capture_default_str();
+}
+
+}  // namespace
+
 CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
   CLI::App* c = app.add_subcommand("train", "train a model data-parallel (run under mpirun)");
   c->add_option("--model", o.model,
                 "resnet18, resnet50, deeplabv3plus_resnet18, deeplabv3plus_resnet50")
       ->capture_default_str();
   c->add_option("--image-size", o.image_size, "square input side in pixels")->capture_default_str();
-  c->add_option("--data", o.data,
-                "synthetic (coloured shapes on noise, generated in memory) or a data set's folder")
-      ->capture_default_str();
-  c->add_option("--format", o.format,
-                "layout of --data DIR: folder (DIR/{train,val}/<class>/), csv "
-                "(DIR/{train,val}.csv), voc, cityscapes")
-      ->capture_default_str();
-  c->add_option("--workers", o.workers, "input pipeline threads per rank")->capture_default_str();
-  c->add_option("--prefetch", o.prefetch, "batches the pipeline makes ahead of the step")
-      ->capture_default_str();
-  c->add_flag("--keep-decoded", o.keep_decoded,
-              "keep decoded pixels in memory instead of the files' bytes (no decoding after the "
-              "first epoch, several times the memory)");
-  c->add_flag("--global-shuffle", o.global_shuffle,
-              "a new permutation of the whole data set every epoch: ranks exchange samples at "
-              "each epoch boundary (alltoallv); default: shuffle within each rank's shard");
-  c->add_option("--max-corrupt", o.max_corrupt,
-                "stop when more than this share of the training set is corrupt (skipped files "
-                "are listed at the end of each epoch)")
-      ->capture_default_str();
-  c->add_option("--train-size", o.train_size, "samples in the synthetic training set")
-      ->capture_default_str();
-  c->add_option("--val-size", o.val_size, "samples in the synthetic validation set")
-      ->capture_default_str();
-  c->add_option("--batch-size", o.batch_size, "samples per rank per step")->capture_default_str();
-  c->add_option("--epochs", o.epochs, "epochs (when --steps is 0)")->capture_default_str();
-  c->add_option("--steps", o.steps, "steps in total (overrides --epochs)")->capture_default_str();
-  c->add_option("--lr", o.lr, "learning rate for a global batch of --lr-base-batch")
-      ->capture_default_str();
-  c->add_option("--lr-base-batch", o.base_batch,
-                "global batch that --lr is given for; the rate scales linearly (Goyal et al.)")
-      ->capture_default_str();
-  c->add_option("--warmup-epochs", o.warmup_epochs,
-                "linear warm-up from the unscaled to the scaled rate")
-      ->capture_default_str();
-  c->add_option("--lr-schedule", o.lr_schedule, "constant, step, cosine or poly")
-      ->capture_default_str();
-  c->add_option("--lr-milestones", o.lr_milestones, "step schedule: epochs where lr *= gamma")
-      ->delimiter(',');
-  c->add_option("--lr-gamma", o.lr_gamma, "step schedule factor")->capture_default_str();
-  c->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
-  c->add_option("--weight-decay", o.weight_decay, "SGD weight decay")->capture_default_str();
+  add_data_options(*c, o);
+  add_schedule_options(*c, o);
   c->add_option("--threads", o.threads, "intra-op threads per rank")->capture_default_str();
   c->add_option("--seed", o.seed, "seed of the weights, the data and its order")
       ->capture_default_str();

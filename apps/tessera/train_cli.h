@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "train/benchmark.h"
+#include "bench/train.h"
 #include "train/trainer.h"
 
 namespace tessera {
