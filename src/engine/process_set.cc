@@ -439,7 +439,7 @@ void Engine::Impl::apply(const Tunables& t) {
   }
   comm->set_settings(with_tunables(comm->settings(), t));  // checked by set_tunables already
   opt.tunables = t;
-  idle_wait_ms = t.cycle_time_ms > 0 ? t.cycle_time_ms : 1.0;
+  idle_wait_ms = base_wait_ms(t.cycle_time_ms);
   std::lock_guard<std::mutex> lock(mu);
   current = t;
 }

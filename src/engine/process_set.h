@@ -21,6 +21,7 @@
 #include "engine/bit_vector.h"
 #include "engine/coordinator.h"
 #include "engine/engine.h"
+#include "engine/idle_backoff.h"
 #include "engine/response_cache.h"
 #include "engine/timeline.h"
 #include "gpu/device.h"
@@ -80,7 +81,7 @@ struct Engine::Impl {
         opt(o),
         cache(o.tunables.cache_enabled ? o.cache_capacity : 0),
         coordinator(comm->size()),
-        idle_wait_ms(o.tunables.cycle_time_ms > 0 ? o.tunables.cycle_time_ms : 1.0) {
+        idle_wait_ms(base_wait_ms(o.tunables.cycle_time_ms)) {
     current = o.tunables;
   }
 

@@ -459,6 +459,10 @@ TEST(IdleBackoff, DoublesWhileIdleUpToTheCapAndDropsOnWork) {
   // Cycle time 0 (wake on every enqueue) backs off from 1 ms.
   EXPECT_EQ(next_wait_ms(false, 8, 0, 8), 1);
   EXPECT_EQ(next_wait_ms(true, 1, 0, 8), 2);
+  // The one rule both the start and set_tunables use.
+  EXPECT_EQ(base_wait_ms(0), 1);
+  EXPECT_EQ(base_wait_ms(0.25), 0.25);
+  EXPECT_EQ(base_wait_ms(7), 7);
   // Every (idle, current, cycle time, cap) of a grid: never below the cycle time, never above
   // the larger of cap and cycle time, and the cycle time whenever there is work.
   for (double cycle : {0.0, 0.5, 1.0, 3.0, 10.0}) {
