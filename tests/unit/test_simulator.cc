@@ -12,7 +12,7 @@
 #include "tune/machine.h"
 #include "tune/model_gradients.h"
 #include "tune/simulator.h"
-#include "tune/svg_plot.h"
+#include "tune/scaling_plot.h"
 #include "tune/timeline_workload.h"
 
 namespace tessera {
