@@ -188,7 +188,7 @@ int run_torch_command(Commands& c) {
   if (c.train_cmd->parsed()) {
     // Slides come in CSV manifests and train a classifier (ResNet-50, as Tsaris et al.); the
     // defaults voc and deeplabv3plus_resnet18 are data parallelism's.
-    if (!c.train.spatial.empty() && !given(c.train_cmd, "--format")) c.train.format = "csv";
+    if (!c.train.spatial.empty() && !given(c.train_cmd, "--format")) c.train.input.format = "csv";
     if (!c.train.spatial.empty() && !given(c.train_cmd, "--model")) c.train.model = "resnet50";
     train::run_training(c.train);
   } else if (c.make_dataset_cmd->parsed()) {

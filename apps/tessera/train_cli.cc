@@ -41,7 +41,7 @@ void add_device_options(CLI::App& c, train::TrainOptions& o) {
 namespace {
 
 // What the trainer reads: the data set, its layout and the input pipeline.
-void add_data_options(CLI::App& c, train::TrainOptions& o) {
+void add_data_options(CLI::App& c, train::InputOptions& o) {
   c.add_option("--data", o.data,
                 "synthetic (coloured shapes on noise, generated in memory) or a data set's folder")
       ->capture_default_str();
@@ -66,26 +66,35 @@ void add_data_options(CLI::App& c, train::TrainOptions& o) {
       ->capture_default_str();
   c.add_option("--val-size", o.val_size, "samples in the synthetic validation set")
       ->capture_default_str();
+  c.add_option_function<std::vector<double>>(
+       "--scale-range",
+       [&o](const std::vector<double>& r) {
+         o.min_scale = r.at(0);
+         o.max_scale = r.at(1);
+       },
+       "segmentation training: scale each image and mask by a random factor in MIN MAX before "
+       "the crop (default 0.5 2)")
+      ->expected(2);
 }
 
 // How much it trains and how the rate moves: batch, length, learning-rate schedule, SGD.
 void add_schedule_options(CLI::App& c, train::TrainOptions& o) {
-  c.add_option("--batch-size", o.batch_size, "samples per rank per step")->capture_default_str();
+  c.add_option("--batch-size", o.input.batch, "samples per rank per step")->capture_default_str();
   c.add_option("--epochs", o.epochs, "epochs (when --steps is 0)")->capture_default_str();
   c.add_option("--steps", o.steps, "steps in total (overrides --epochs)")->capture_default_str();
-  c.add_option("--lr", o.lr, "learning rate for a global batch of --lr-base-batch")
+  c.add_option("--lr", o.schedule.lr, "learning rate for a global batch of --lr-base-batch")
       ->capture_default_str();
-  c.add_option("--lr-base-batch", o.base_batch,
+  c.add_option("--lr-base-batch", o.schedule.base_batch,
                 "global batch that --lr is given for; the rate scales linearly (Goyal et al.)")
       ->capture_default_str();
-  c.add_option("--warmup-epochs", o.warmup_epochs,
+  c.add_option("--warmup-epochs", o.schedule.warmup_epochs,
                 "linear warm-up from the unscaled to the scaled rate")
       ->capture_default_str();
-  c.add_option("--lr-schedule", o.lr_schedule, "constant, step, cosine or poly")
+  c.add_option("--lr-schedule", o.schedule.kind, "constant, step, cosine or poly")
       ->capture_default_str();
-  c.add_option("--lr-milestones", o.lr_milestones, "step schedule: epochs where lr *= gamma")
+  c.add_option("--lr-milestones", o.schedule.milestones, "step schedule: epochs where lr *= gamma")
       ->delimiter(',');
-  c.add_option("--lr-gamma", o.lr_gamma, "step schedule factor")->capture_default_str();
+  c.add_option("--lr-gamma", o.schedule.gamma, "step schedule factor")->capture_default_str();
   c.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   c.add_option("--weight-decay", o.weight_decay, "SGD weight decay")->capture_default_str();
 }
@@ -97,8 +106,8 @@ CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
   c->add_option("--model", o.model,
                 "resnet18, resnet50, deeplabv3plus_resnet18, deeplabv3plus_resnet50")
       ->capture_default_str();
-  c->add_option("--image-size", o.image_size, "square input side in pixels")->capture_default_str();
-  add_data_options(*c, o);
+  c->add_option("--image-size", o.input.image_size, "square input side in pixels")->capture_default_str();
+  add_data_options(*c, o.input);
   add_schedule_options(*c, o);
   c->add_option("--threads", o.threads, "intra-op threads per rank")->capture_default_str();
   c->add_option("--seed", o.seed, "seed of the weights, the data and its order")
@@ -106,6 +115,12 @@ CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
   c->add_option("--eval-every", o.eval_every, "evaluate every N steps (0: only at the end)")
       ->capture_default_str();
   c->add_option("--log-every", o.log_every, "progress line every N steps")->capture_default_str();
+  c->add_option("--curve", o.curve,
+                "write an SVG of the training loss and the validation metric against the step "
+                "(this job's steps, after --resume)");
+  c->add_option("--predictions", o.predictions,
+                "segmentation: write a PNG of the first validation images beside their true and "
+                "predicted masks");
   c->add_option("--metrics", o.metrics, "write JSON lines of the progress and evaluations");
   c->add_option("--timeline", o.timeline, "Chrome trace of rank 0: steps and collectives");
   c->add_option("--checkpoint", o.checkpoint, "checkpoint file written at the end");

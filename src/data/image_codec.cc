@@ -129,6 +129,19 @@ torch::Tensor decode_mask(const std::string& bytes, const std::string& source) {
       .clone();
 }
 
+std::string encode_png(const torch::Tensor& rgb) {
+  TESSERA_CHECK(rgb.dim() == 3 && rgb.size(2) == 3 && rgb.scalar_type() == torch::kUInt8,
+                "encode_png needs a [H, W, 3] u8 picture, got ", rgb.sizes(), " ",
+                rgb.scalar_type());
+  torch::Tensor c = rgb.contiguous();
+  cv::Mat in(static_cast<int>(c.size(0)), static_cast<int>(c.size(1)), CV_8UC3, c.data_ptr());
+  cv::Mat bgr;
+  cv::cvtColor(in, bgr, cv::COLOR_RGB2BGR);
+  std::vector<uchar> out;
+  TESSERA_CHECK(cv::imencode(".png", bgr, out), "OpenCV could not encode a PNG of ", rgb.sizes());
+  return std::string(out.begin(), out.end());
+}
+
 std::array<uint8_t, 3> voc_color(int index) {
   // The Pascal VOC devkit's bit-interleaved colour map.
   std::array<uint8_t, 3> c = {0, 0, 0};

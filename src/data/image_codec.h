@@ -32,6 +32,8 @@ torch::Tensor decode_mask(const std::string& bytes, const std::string& source);
 // PNG bytes of a palette image with the Pascal VOC colour map (for tools and tests):
 // `mask` [H, W] u8.
 std::string encode_palette_png(const torch::Tensor& mask);
+// PNG bytes of an RGB picture (`rgb` [H, W, 3] u8), e.g. the demo's predictions grid.
+std::string encode_png(const torch::Tensor& rgb);
 // The Pascal VOC colour map: colour of index i (r, g, b), i in 0..255.
 std::array<uint8_t, 3> voc_color(int index);
 

@@ -48,6 +48,7 @@ torch::Tensor decode_mask(const std::string&, const std::string& source) {
   no_codecs("decoding '" + source + "'");
 }
 std::string encode_palette_png(const torch::Tensor&) { no_codecs("writing a PNG mask"); }
+std::string encode_png(const torch::Tensor&) { no_codecs("writing a PNG picture"); }
 std::array<uint8_t, 3> voc_color(int) { no_codecs("the VOC colour map (PNG masks)"); }
 
 struct SlideReader::Tiff {};

@@ -133,6 +133,8 @@ bool SampleSource::fill(Batch& b, int64_t k, int64_t pos, int64_t epoch) {
   }
   SegmentationAugment a;
   a.crop = options_.image_size;
+  a.min_scale = options_.min_scale;
+  a.max_scale = options_.max_scale;
   auto [x, y] = options_.train ? augment_segmentation(image, mask, a, rng, s.mask)
                                : eval_segmentation(image, mask, a, s.mask);
   b.images[k] = x;

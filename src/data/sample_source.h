@@ -34,6 +34,8 @@ struct SourceOptions {
   // epoch, at several times the memory.
   bool keep_decoded = false;
   bool quiet = false;  // no warnings on stderr (tests)
+  // Segmentation training: the range of the random scale before the crop (augment.h).
+  double min_scale = 0.5, max_scale = 2.0;
 };
 
 struct CorruptSample {

@@ -25,10 +25,7 @@ std::string mib(double bytes) {
 }  // namespace
 
 TrainInput::TrainInput(const InputOptions& o) : o_(o) {
-  TESSERA_CHECK(o.workers >= 1, "--workers must be >= 1, got ", o.workers);
-  TESSERA_CHECK(o.prefetch >= 1, "--prefetch must be >= 1, got ", o.prefetch);
-  TESSERA_CHECK(o.max_corrupt >= 0 && o.max_corrupt < 1, "--max-corrupt must be in [0, 1), got ",
-                o.max_corrupt);
+  validate(o);
   if (o.dist) {
     rank_ = rank();
     world_ = size();
@@ -70,6 +67,8 @@ TrainInput::TrainInput(const InputOptions& o) : o_(o) {
     so.seed = o.seed;
     so.keep_decoded = o.keep_decoded;
     so.quiet = o.quiet;
+    so.min_scale = o.min_scale;
+    so.max_scale = o.max_scale;
     train_src_ = std::make_unique<data::SampleSource>(*train_set_, std::move(shard), so);
     so.train = false;
     const int64_t val_n = static_cast<int64_t>(val_set_->list.samples.size());

@@ -23,28 +23,12 @@
 #include "data/prefetcher.h"
 #include "data/sample_source.h"
 #include "data/synthetic_shapes.h"
+#include "train/input_options.h"
 #include "train/step_input.h"
 
 namespace tessera {
 namespace train {
 
-struct InputOptions {
-  std::string data = "synthetic";  // "synthetic" or a folder
-  std::string format = "voc";      // for a folder: folder, csv, voc, cityscapes
-  bool segmentation = true;        // synthetic only: which targets (files say themselves)
-  int64_t image_size = 64;
-  int64_t train_size = 1024, val_size = 128;  // synthetic only
-  int64_t batch = 8;                          // per rank
-  uint64_t seed = 42;
-  int workers = 2;
-  int prefetch = 2;  // batches made ahead
-  bool keep_decoded = false;
-  bool global_shuffle = false;
-  double max_corrupt = 0.01;
-  bool quiet = false;
-  bool dist = true;     // false: a single process (no collective)
-  bool pinned = false;  // batches in pinned host memory (a GPU run copies them asynchronously)
-};
 
 class TrainInput : public StepInput {
  public:

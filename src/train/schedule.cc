@@ -1,6 +1,7 @@
 #include "train/schedule.h"
 
 #include <cmath>
+#include <sstream>
 
 #include "common/error.h"
 
@@ -14,6 +15,41 @@ ScheduleKind parse_schedule(const std::string& name) {
   if (name == "poly") return ScheduleKind::kPoly;
   throw InvalidArgument("--lr-schedule '" + name +
                         "' is not known; accepted: constant, step, cosine, poly");
+}
+
+void validate(const ScheduleOptions& o) {
+  TESSERA_CHECK(o.lr > 0, "--lr must be > 0, got ", o.lr);
+  TESSERA_CHECK(o.base_batch > 0, "--lr-base-batch must be > 0, got ", o.base_batch);
+  TESSERA_CHECK(o.warmup_epochs >= 0, "--warmup-epochs must be >= 0, got ", o.warmup_epochs);
+  parse_schedule(o.kind);
+}
+
+std::string describe(const ScheduleOptions& o) {
+  std::ostringstream s;
+  s.precision(17);
+  s << "--lr: " << o.lr << "\n--lr-base-batch: " << o.base_batch
+    << "\n--warmup-epochs: " << o.warmup_epochs << "\n--lr-schedule: " << o.kind
+    << "\n--lr-milestones:";
+  for (double m : o.milestones) s << " " << m;
+  s << "\n--lr-gamma: " << o.gamma << "\n";
+  return s.str();
+}
+
+LrSchedule plan_schedule(const ScheduleOptions& o, int64_t global_batch, int64_t steps_per_epoch,
+                         int64_t total_steps) {
+  const auto steps_of = [&](double epochs) {
+    return static_cast<int64_t>(std::llround(epochs * static_cast<double>(steps_per_epoch)));
+  };
+  LrSchedule s;
+  s.base_lr = o.lr;
+  s.base_batch = o.base_batch;
+  s.global_batch = global_batch;
+  s.warmup_steps = steps_of(o.warmup_epochs);
+  s.total_steps = total_steps;
+  s.kind = parse_schedule(o.kind);
+  s.gamma = o.gamma;
+  for (double e : o.milestones) s.milestones.push_back(steps_of(e));
+  return s;
 }
 
 double LrSchedule::peak() const {

@@ -99,18 +99,17 @@ struct SlideInput::Shared {
 };
 
 SlideInput::SlideInput(const SlideInputOptions& o) : o_(o), shared_(std::make_unique<Shared>()) {
-  TESSERA_CHECK(o.workers >= 1, "--workers must be >= 1, got ", o.workers);
-  TESSERA_CHECK(o.prefetch >= 1, "--prefetch must be >= 1, got ", o.prefetch);
-  TESSERA_CHECK(o.data != "synthetic",
+  validate(o.input);
+  TESSERA_CHECK(o.input.data != "synthetic",
                 "--spatial trains on slides: give --data DIR with train.csv and val.csv "
                 "manifests (path,label), e.g. from `tessera make-dataset slides`");
-  train_ = data::open_dataset(o.data, data::Format::kCsv, "train");
-  val_ = data::open_dataset(o.data, data::Format::kCsv, "val");
+  train_ = data::open_dataset(o.input.data, data::Format::kCsv, "train");
+  val_ = data::open_dataset(o.input.data, data::Format::kCsv, "val");
   num_classes_ = std::max(train_.num_classes, val_.num_classes);
   // Checked before any slide is opened: a window that no grid tile can hold.
-  plan_tile_read(SlideView{0, 0, o.image_size}, o.grid, o.at);
-  const std::string sizes = on_root(o.dist, "slides.sizes", [&] {
-    return scan_slides(train_, o.image_size) + scan_slides(val_, o.image_size);
+  plan_tile_read(SlideView{0, 0, o.input.image_size}, o.grid, o.at);
+  const std::string sizes = on_root(o.input.dist, "slides.sizes", [&] {
+    return scan_slides(train_, o.input.image_size) + scan_slides(val_, o.input.image_size);
   });
   std::vector<int64_t> rows, cols;
   const size_t n_train = train_.list.samples.size(), n_val = val_.list.samples.size();
@@ -119,16 +118,16 @@ SlideInput::SlideInput(const SlideInputOptions& o) : o_(o), shared_(std::make_un
   train_cols_.assign(cols.begin(), cols.begin() + static_cast<std::ptrdiff_t>(n_train));
   val_rows_.assign(rows.begin() + static_cast<std::ptrdiff_t>(n_train), rows.end());
   val_cols_.assign(cols.begin() + static_cast<std::ptrdiff_t>(n_train), cols.end());
-  TESSERA_CHECK(static_cast<int64_t>(n_train) >= o.grid.data * o.batch, "'", o.data,
+  TESSERA_CHECK(static_cast<int64_t>(n_train) >= o.grid.data * o.input.batch, "'", o.input.data,
                 "/train.csv' lists ", n_train, " slides, fewer than one global batch of ",
-                o.grid.data * o.batch, " (", o.grid.data, " data group",
-                o.grid.data == 1 ? "" : "s", " x --batch-size ", o.batch,
+                o.grid.data * o.input.batch, " (", o.grid.data, " data group",
+                o.grid.data == 1 ? "" : "s", " x --batch-size ", o.input.batch,
                 "): add slides or lower --batch-size");
   data::ShardPlan plan;
   plan.dataset_size = static_cast<int64_t>(n_train);
-  plan.seed = o.seed;
+  plan.seed = o.input.seed;
   plan.ranks = o.grid.data;
-  plan.batch = o.batch;
+  plan.batch = o.input.batch;
   steps_per_epoch_ = plan.steps_per_epoch();
   shared_->read_at_start = data::process_read_bytes();
 }
@@ -137,10 +136,10 @@ SlideInput::~SlideInput() = default;
 
 std::string SlideInput::describe() const {
   std::ostringstream os;
-  os << "slides '" << o_.data << "' (" << train_.list.samples.size() << " train, "
-     << val_.list.samples.size() << " val, " << num_classes_ << " classes), " << o_.image_size
-     << "x" << o_.image_size << " images over a " << o_.grid.h << "x" << o_.grid.w
-     << " grid: tiles of " << o_.image_size / o_.grid.h << "x" << o_.image_size / o_.grid.w << ", "
+  os << "slides '" << o_.input.data << "' (" << train_.list.samples.size() << " train, "
+     << val_.list.samples.size() << " val, " << num_classes_ << " classes), " << o_.input.image_size
+     << "x" << o_.input.image_size << " images over a " << o_.grid.h << "x" << o_.grid.w
+     << " grid: tiles of " << o_.input.image_size / o_.grid.h << "x" << o_.input.image_size / o_.grid.w << ", "
      << o_.grid.data << " data group" << (o_.grid.data == 1 ? "" : "s");
   return os.str();
 }
@@ -152,8 +151,8 @@ data::Batch SlideInput::read(const data::DataSet& set, const std::vector<int64_t
   std::vector<int64_t> labels;
   for (int64_t i : indices) {
     const data::Sample& s = set.list.samples[static_cast<size_t>(i)];
-    const SlideView view = plan_slide_view(o_.seed, epoch, i, rows[static_cast<size_t>(i)],
-                                           cols[static_cast<size_t>(i)], o_.image_size, train);
+    const SlideView view = plan_slide_view(o_.input.seed, epoch, i, rows[static_cast<size_t>(i)],
+                                           cols[static_cast<size_t>(i)], o_.input.image_size, train);
     const TileRead t = plan_tile_read(view, o_.grid, o_.at);
     data::SlideReader slide(s.image);
     torch::Tensor px = slide.read_region(t.y, t.x, t.rows, t.cols);
@@ -175,16 +174,16 @@ data::Batch SlideInput::batch(int64_t step, int64_t end) {
   if (!pipe_) {
     data::ShardPlan plan;
     plan.dataset_size = static_cast<int64_t>(train_.list.samples.size());
-    plan.seed = o_.seed;
+    plan.seed = o_.input.seed;
     plan.ranks = o_.grid.data;
-    plan.batch = o_.batch;
+    plan.batch = o_.input.batch;
     const int64_t per_epoch = steps_per_epoch_;
     std::function<data::Batch(int64_t)> make = [this, plan, per_epoch](int64_t s) {
       return read(train_, train_rows_, train_cols_, data::batch_indices(plan, s, o_.at.data),
                   s / per_epoch, true);
     };
-    if (o_.pinned) make = [make](int64_t s) { return pinned_batch(make(s)); };  // workers pin
-    pipe_ = std::make_unique<data::Prefetcher<data::Batch>>(make, o_.workers, o_.prefetch, step,
+    if (o_.input.pinned) make = [make](int64_t s) { return pinned_batch(make(s)); };  // workers pin
+    pipe_ = std::make_unique<data::Prefetcher<data::Batch>>(make, o_.input.workers, o_.input.prefetch, step,
                                                             end, timeout_s());
   }
   return pipe_->next();
@@ -196,11 +195,11 @@ void SlideInput::for_each_eval_batch(
     const std::function<void(const data::Batch&, const std::vector<int64_t>&)>& f) {
   std::vector<int64_t> mine;
   for (int64_t i = o_.at.data; i < val_samples(); i += o_.grid.data) mine.push_back(i);
-  for (size_t first = 0; first < mine.size(); first += static_cast<size_t>(o_.batch)) {
+  for (size_t first = 0; first < mine.size(); first += static_cast<size_t>(o_.input.batch)) {
     const std::vector<int64_t> indices(
         mine.begin() + static_cast<std::ptrdiff_t>(first),
         mine.begin() + static_cast<std::ptrdiff_t>(
-                           std::min(mine.size(), first + static_cast<size_t>(o_.batch))));
+                           std::min(mine.size(), first + static_cast<size_t>(o_.input.batch))));
     f(read(val_, val_rows_, val_cols_, indices, 0, false), indices);
   }
 }

@@ -20,6 +20,7 @@
 #include "data/dataset.h"
 #include "data/prefetcher.h"
 #include "spatial/grid.h"
+#include "train/input_options.h"
 #include "train/step_input.h"
 
 namespace tessera {
@@ -47,16 +48,12 @@ TileRead plan_tile_read(const SlideView& view, const spatial::GridShape& grid,
                         const spatial::GridCoord& at);
 
 struct SlideInputOptions {
-  std::string data;  // the folder of train.csv / val.csv
-  int64_t image_size = 1024;
-  int64_t batch = 1;  // samples per data group per step
-  uint64_t seed = 42;
-  int workers = 2;
-  int prefetch = 2;
+  // The run's input options: data (the folder of train.csv / val.csv), image_size, batch
+  // (samples per data group per step), seed, workers, prefetch, dist and pinned (tiles in pinned
+  // host memory: a GPU run copies them asynchronously); the others do not apply to slides.
+  InputOptions input;
   spatial::GridShape grid;
   spatial::GridCoord at;
-  bool dist = true;
-  bool pinned = false;  // tiles in pinned host memory (a GPU run copies them asynchronously)
 };
 
 class SlideInput : public StepInput {

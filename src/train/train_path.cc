@@ -15,21 +15,12 @@ namespace tessera {
 namespace train {
 namespace {
 
+// The user's input options with what this run decides: the seed, the targets the model needs,
+// one process or many, pinned batches for a GPU.
 InputOptions input_options(const TrainOptions& o, models::Task task, bool dist, bool pinned) {
-  InputOptions io;
-  io.data = o.data;
-  io.format = o.format;
-  io.segmentation = task == models::Task::kSegmentation;
-  io.image_size = o.image_size;
-  io.train_size = o.train_size;
-  io.val_size = o.val_size;
-  io.batch = o.batch_size;
+  InputOptions io = o.input;
   io.seed = o.seed;
-  io.workers = o.workers;
-  io.prefetch = o.prefetch;
-  io.keep_decoded = o.keep_decoded;
-  io.global_shuffle = o.global_shuffle;
-  io.max_corrupt = o.max_corrupt;
+  io.segmentation = task == models::Task::kSegmentation;
   io.quiet = o.quiet;
   io.dist = dist;
   io.pinned = pinned;
@@ -48,12 +39,12 @@ class DataParallelPath : public TrainPath {
     TESSERA_CHECK(input_.segmentation() == (task_ == models::Task::kSegmentation), "--model ",
                   o.model, " is a ",
                   task_ == models::Task::kSegmentation ? "segmentation" : "classification",
-                  " model but --data '", o.data, "' (", o.format, ") holds ",
+                  " model but --data '", o.input.data, "' (", o.input.format, ") holds ",
                   input_.segmentation() ? "segmentation masks" : "class labels");
   }
 
   StepInput& input() override { return input_; }
-  int64_t global_batch() const override { return (dist_ ? size() : 1) * o_.batch_size; }
+  int64_t global_batch() const override { return (dist_ ? size() : 1) * o_.input.batch; }
 
   models::Model make_model(models::ModelSpec spec) override {
     spec.norm.sync = o_.sync_bn && dist_;
@@ -63,24 +54,37 @@ class DataParallelPath : public TrainPath {
 
   torch::Tensor forward(const torch::Tensor& x) override { return model_->forward(x); }
 
-  Evaluation evaluate() override {
+  Evaluation evaluate(int64_t show) override {
     torch::NoGradGuard no_grad;
     const models::Model& model = *model_;
     const int64_t k = input_.num_classes();
+    const bool classify = task_ == models::Task::kClassification;
     model.module().eval();
     torch::Tensor confusion = torch::zeros({k, k}, torch::kLong);
     // The parameters' dtype and device; the confusion matrix stays on the CPU.
     const torch::TensorOptions where = model.module().parameters().front().options();
+    Evaluation e;
+    std::vector<torch::Tensor> images, truth, predicted;
+    int64_t kept = 0;
     input_.for_each_eval_batch([&](const data::Batch& b) {
       torch::Tensor pred = model.forward(b.images.to(where)).argmax(1).cpu();
-      accumulate_confusion(confusion, pred,
-                           task_ == models::Task::kClassification ? b.labels : b.masks);
+      accumulate_confusion(confusion, pred, classify ? b.labels : b.masks);
+      const int64_t more = std::min(show - kept, b.images.size(0));
+      if (classify || more <= 0) return;
+      images.push_back(b.images.narrow(0, 0, more));
+      truth.push_back(b.masks.narrow(0, 0, more));
+      predicted.push_back(pred.narrow(0, 0, more));
+      kept += more;
     });
     if (dist_) allreduce_(confusion, "eval.confusion", ReduceOp::kSum);
     model.module().train();
-    Evaluation e;
     e.accuracy = accuracy(confusion);
-    e.metric = task_ == models::Task::kClassification ? e.accuracy : mean_iou(confusion);
+    e.metric = classify ? e.accuracy : mean_iou(confusion);
+    if (kept > 0) {
+      e.shown_images = torch::cat(images);
+      e.shown_truth = torch::cat(truth);
+      e.shown_predicted = torch::cat(predicted);
+    }
     return e;
   }
 
@@ -109,16 +113,9 @@ class DataParallelPath : public TrainPath {
 SlideInputOptions slide_options(const TrainOptions& o, const spatial::ProcessGrid& grid, bool dist,
                                 bool pinned) {
   SlideInputOptions so;
-  so.data = o.data;
-  so.image_size = o.image_size;
-  so.batch = o.batch_size;
-  so.seed = o.seed;
-  so.workers = o.workers;
-  so.prefetch = o.prefetch;
+  so.input = input_options(o, models::Task::kClassification, dist, pinned);
   so.grid = grid.shape();
   so.at = grid.coord();
-  so.dist = dist;
-  so.pinned = pinned;
   return so;
 }
 
@@ -131,13 +128,13 @@ class SpatialPath : public TrainPath {
       : o_(o), grid_(o.spatial), input_(slide_options(o, grid_, dist, pinned)) {}
 
   StepInput& input() override { return input_; }
-  int64_t global_batch() const override { return grid_.shape().data * o_.batch_size; }
+  int64_t global_batch() const override { return grid_.shape().data * o_.input.batch; }
 
   models::Model make_model(models::ModelSpec spec) override {
     spec.norm.sync = false;
     models::Model model = models::make_model(spec);
     resnet_ = model.module().as<models::ResNetImpl>();
-    spatial::check_resnet_tiling(*resnet_, o_.image_size, grid_.shape().h, grid_.shape().w);
+    spatial::check_resnet_tiling(*resnet_, o_.input.image_size, grid_.shape().h, grid_.shape().w);
     return model;
   }
 
@@ -146,7 +143,7 @@ class SpatialPath : public TrainPath {
                                            o_.sync_bn ? &grid_.world() : nullptr);
   }
 
-  Evaluation evaluate() override;
+  Evaluation evaluate(int64_t show) override;
 
   std::string metric_name() const override {
     return input_.num_classes() == 2 ? "auc" : "accuracy";
@@ -175,7 +172,7 @@ class SpatialPath : public TrainPath {
 // Each spatial group's first rank writes its val samples' scores (the probability of class 1),
 // correctness and labels into one table that a sum over every rank completes. The metric is the
 // ROC AUC for two classes (when both occur), else the accuracy.
-Evaluation SpatialPath::evaluate() {
+Evaluation SpatialPath::evaluate(int64_t /*show: no masks*/) {
   torch::NoGradGuard no_grad;
   resnet_->eval();
   const int64_t n = input_.val_samples(), num_classes = input_.num_classes();

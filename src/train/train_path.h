@@ -21,6 +21,9 @@ namespace train {
 struct Evaluation {
   double metric = 0;
   double accuracy = 0;
+  // Segmentation, when asked to show some: this rank's first validation samples, their true and
+  // predicted masks (CPU).
+  torch::Tensor shown_images, shown_truth, shown_predicted;
 };
 
 class TrainPath {
@@ -32,8 +35,9 @@ class TrainPath {
   // The model, built for this path (its tiling checked against the grid).
   virtual models::Model make_model(models::ModelSpec spec) = 0;
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
-  // Over every rank's share of the validation set. Collective.
-  virtual Evaluation evaluate() = 0;
+  // Over every rank's share of the validation set, keeping up to `show` samples with their
+  // predictions where the path has masks to show. Collective.
+  virtual Evaluation evaluate(int64_t show) = 0;
   // "accuracy", "miou" or "auc".
   virtual std::string metric_name() const = 0;
   // The path's data figures into `result`, and rank 0's line about them when `talk`.

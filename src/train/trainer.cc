@@ -11,6 +11,7 @@
 #include "common/activity.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "data/image_codec.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
 #include "train/autocast.h"
@@ -19,6 +20,7 @@
 #include "train/memory_layout.h"
 #include "train/mixed_precision.h"
 #include "train/on_root.h"
+#include "train/pictures.h"
 #include "train/run_device.h"
 #include "train/schedule.h"
 #include "train/train_path.h"
@@ -28,6 +30,9 @@ namespace train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// Validation samples in --predictions: enough to see each class several times, small enough to
+// view at once.
+constexpr int64_t kShownSamples = 8;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -46,32 +51,30 @@ std::string format_eta(double seconds) {
 
 void validate(const TrainOptions& o) {
   models::task_of(o.model);  // throws for an unknown model, listing the accepted ones
-  TESSERA_CHECK(o.batch_size > 0, "--batch-size must be > 0, got ", o.batch_size);
-  TESSERA_CHECK(o.image_size >= 16, "--image-size must be >= 16, got ", o.image_size);
+  validate(o.input);
+  validate(o.schedule);
   TESSERA_CHECK(o.steps > 0 || o.epochs > 0, "give --steps or --epochs (> 0)");
   TESSERA_CHECK(o.steps >= 0 && o.epochs >= 0, "--steps and --epochs must be >= 0");
-  TESSERA_CHECK(o.lr > 0, "--lr must be > 0, got ", o.lr);
-  TESSERA_CHECK(o.base_batch > 0, "--lr-base-batch must be > 0");
   TESSERA_CHECK(o.threads >= 1, "--threads must be >= 1, got ", o.threads);
   TESSERA_CHECK(o.log_every >= 1, "--log-every must be >= 1");
   TESSERA_CHECK(o.eval_every >= 0 && o.checkpoint_every >= 0,
                 "--eval-every and --checkpoint-every must be >= 0");
-  TESSERA_CHECK(o.backward_passes_per_step >= 1 && o.batch_size % o.backward_passes_per_step == 0,
+  TESSERA_CHECK(o.backward_passes_per_step >= 1 && o.input.batch % o.backward_passes_per_step == 0,
                 "--backward-passes-per-step (", o.backward_passes_per_step,
-                ") must divide --batch-size (", o.batch_size, "): each pass takes an equal share");
+                ") must divide --batch-size (", o.input.batch, "): each pass takes an equal share");
   TESSERA_CHECK(o.checkpoint_every == 0 || !o.checkpoint.empty(),
                 "--checkpoint-every needs --checkpoint FILE");
   parse_precision(o.precision);
   parse_memory_format(o.memory_format);
-  parse_schedule(o.lr_schedule);
   parse_compression(o.compression);
   if (!o.spatial.empty()) {
     TESSERA_CHECK(models::task_of(o.model) == models::Task::kClassification,
                   "--spatial trains classifiers on slides (resnet18, resnet50); --model ", o.model,
                   " is a segmentation model");
-    TESSERA_CHECK(o.format == "csv", "--spatial reads slides from DIR/train.csv and DIR/val.csv ",
-                  "(path,label): --format must be csv, got ", o.format);
-    TESSERA_CHECK(!o.global_shuffle && !o.keep_decoded,
+    TESSERA_CHECK(o.input.format == "csv",
+                  "--spatial reads slides from DIR/train.csv and DIR/val.csv ",
+                  "(path,label): --format must be csv, got ", o.input.format);
+    TESSERA_CHECK(!o.input.global_shuffle && !o.input.keep_decoded,
                   "--global-shuffle and --keep-decoded hold whole images in memory; under "
                   "--spatial each rank reads only its tile of each slide, every step");
     TESSERA_CHECK(!o.local_only, "--spatial needs the ranks of its grid (run under mpirun)");
@@ -85,16 +88,10 @@ std::string describe_training_options(const TrainOptions& o) {
   s.precision(17);
   // What every rank must share; paths that only rank 0 writes, and per-rank resources (workers,
   // prefetch, threads), may differ.
-  s << "--model: " << o.model << "\n--image-size: " << o.image_size << "\n--data: " << o.data
-    << "\n--format: " << o.format << "\n--train-size: " << o.train_size
-    << "\n--val-size: " << o.val_size << "\n--keep-decoded: " << o.keep_decoded
-    << "\n--global-shuffle: " << o.global_shuffle << "\n--max-corrupt: " << o.max_corrupt
-    << "\n--batch-size: " << o.batch_size << "\n--epochs: " << o.epochs << "\n--steps: " << o.steps
-    << "\n--lr: " << o.lr << "\n--lr-base-batch: " << o.base_batch
-    << "\n--warmup-epochs: " << o.warmup_epochs << "\n--lr-schedule: " << o.lr_schedule
-    << "\n--lr-milestones:";
-  for (double m : o.lr_milestones) s << " " << m;
-  s << "\n--lr-gamma: " << o.lr_gamma << "\n--momentum: " << o.momentum
+  s << "--model: " << o.model << "\n"
+    << describe(o.input) << describe(o.schedule) << "--epochs: " << o.epochs
+    << "\n--steps: " << o.steps;
+  s << "\n--momentum: " << o.momentum
     << "\n--weight-decay: " << o.weight_decay << "\n--seed: " << o.seed
     << "\n--eval-every: " << o.eval_every << "\n--log-every: " << o.log_every
     << "\n--checkpoint-every: " << o.checkpoint_every << "\n--resume (given): " << !o.resume.empty()
@@ -127,8 +124,9 @@ class Run {
   torch::Tensor forward_loss(const torch::Tensor& x, const torch::Tensor& y);
   void optimizer_step();
   void log_interval(int64_t step, double lr);
-  Evaluation evaluate(int64_t steps_done);
+  Evaluation evaluate(int64_t steps_done, int64_t show = 0);
   void save(int64_t steps_done);
+  void write_pictures(const Evaluation& final_eval) const;
   // What this rank is doing, for the line it prints if another rank dies (common/activity.h).
   void phase(int64_t step, const char* what) const;
 
@@ -157,6 +155,8 @@ class Run {
   int64_t interval_steps_ = 0;
   Clock::time_point interval_start_;
   double interval_wait_start_ = 0;
+  // (step, value) of every logged interval's loss and every evaluation: the --curve.
+  std::vector<std::pair<double, double>> loss_points_, metric_points_;
 };
 
 Run::Run(const TrainOptions& o)
@@ -188,19 +188,10 @@ Run::Run(const TrainOptions& o)
   build_model();
   per_epoch_ = path_->input().steps_per_epoch();
   total_ = o.steps > 0 ? o.steps : o.epochs * per_epoch_;
-  sched_.base_lr = o.lr;
-  sched_.base_batch = o.base_batch;
-  sched_.global_batch = path_->global_batch();
-  sched_.warmup_steps = std::llround(o.warmup_epochs * static_cast<double>(per_epoch_));
-  sched_.total_steps = total_;
-  sched_.kind = parse_schedule(o.lr_schedule);
-  sched_.gamma = o.lr_gamma;
-  for (double e : o.lr_milestones) {
-    sched_.milestones.push_back(std::llround(e * static_cast<double>(per_epoch_)));
-  }
+  sched_ = plan_schedule(o.schedule, path_->global_batch(), per_epoch_, total_);
   meta_.model = o.model;
   meta_.num_classes = path_->input().num_classes();
-  meta_.image_size = o.image_size;
+  meta_.image_size = o.input.image_size;
   if (!o.resume.empty()) restore(meta_);
   place_model();
   make_distributed_optimizer();
@@ -234,7 +225,7 @@ void Run::build_model() {
   if (dist_) broadcast_parameters(net, 0);
   sgd_ = std::make_unique<torch::optim::SGD>(
       net.parameters(),
-      torch::optim::SGDOptions(o_.lr).momentum(o_.momentum).weight_decay(o_.weight_decay));
+      torch::optim::SGDOptions(o_.schedule.lr).momentum(o_.momentum).weight_decay(o_.weight_decay));
 }
 
 // After place_model: Module::to gives a parameter that changes device a new gradient
@@ -314,7 +305,7 @@ double Run::train_step(int64_t step, double lr) {
   const torch::Tensor& target = classify ? batch.labels : batch.masks;
   sgd_->zero_grad();
   const int passes = o_.backward_passes_per_step;
-  const int64_t micro = o_.batch_size / passes;
+  const int64_t micro = o_.input.batch / passes;
   double step_loss = 0;
   for (int p = 0; p < passes; ++p) {
     const Clock::time_point t0 = Clock::now();
@@ -390,6 +381,7 @@ void Run::log_interval(int64_t step, double lr) {
   const double secs = seconds_between(interval_start_, Clock::now());
   const double ips = static_cast<double>(interval_steps_ * path_->global_batch()) / secs;
   result_.final_loss = l.item<double>();
+  loss_points_.emplace_back(static_cast<double>(done), result_.final_loss);
   result_.images_per_second = ips;
   const double waited = path_->input().waited_seconds();
   const double wait_ms =
@@ -423,9 +415,10 @@ void Run::log_interval(int64_t step, double lr) {
   interval_start_ = Clock::now();
 }
 
-Evaluation Run::evaluate(int64_t steps_done) {
+Evaluation Run::evaluate(int64_t steps_done, int64_t show) {
   phase(steps_done - 1, "evaluation");
-  const Evaluation e = path_->evaluate();
+  const Evaluation e = path_->evaluate(show);
+  metric_points_.emplace_back(static_cast<double>(steps_done), e.metric);
   const std::string name = path_->metric_name();
   if (talk_) {
     if (name == "accuracy") {
@@ -457,6 +450,27 @@ void Run::save(int64_t steps_done) {
   if (root_) write_checkpoint(o_.checkpoint, model_->module(), *sgd_, meta_);
 }
 
+// Rank 0: the curve of the whole run (this job's part, after a --resume) and the grid of its
+// first validation samples.
+void Run::write_pictures(const Evaluation& final_eval) const {
+  if (!o_.curve.empty()) {
+    const std::string svg =
+        training_curve_svg(loss_points_, metric_points_, path_->metric_name());
+    write_file_atomically(o_.curve, svg.data(), svg.size());
+    if (talk_) std::printf("curve: %s\n", o_.curve.c_str());
+  }
+  if (o_.predictions.empty()) return;
+  TESSERA_CHECK(final_eval.shown_images.defined(), "--predictions needs a segmentation model on ",
+                "whole images (not --spatial) and rank 0 to hold validation samples");
+  const std::string png = data::encode_png(prediction_grid(
+      final_eval.shown_images, final_eval.shown_truth, final_eval.shown_predicted));
+  write_file_atomically(o_.predictions, png.data(), png.size());
+  if (talk_) {
+    std::printf("predictions: %s (image, true mask, predicted mask; %lld validation samples)\n",
+                o_.predictions.c_str(), static_cast<long long>(final_eval.shown_images.size(0)));
+  }
+}
+
 TrainResult Run::run() {
   result_.first_step = start_;
   interval_start_ = Clock::now();
@@ -476,8 +490,9 @@ TrainResult Run::run() {
   path_->input().finish();
   result_.data_wait_seconds = path_->input().waited_seconds();
   path_->report_data(result_, talk_);
-  const Evaluation final_eval = evaluate(end_);
+  const Evaluation final_eval = evaluate(end_, o_.predictions.empty() ? 0 : kShownSamples);
   save(end_);
+  if (root_) write_pictures(final_eval);
   if (dist_ && root_ && !o_.timeline.empty()) stop_timeline();
   result_.steps = end_;
   result_.metric = final_eval.metric;

@@ -9,31 +9,20 @@
 #include <vector>
 
 #include "tessera/torch.h"
+#include "train/input_options.h"
+#include "train/schedule.h"
 
 namespace tessera {
 namespace train {
 
+// `tessera train`'s options: those of the parts it drives (the input, the schedule) composed,
+// and the loop's own.
 struct TrainOptions {
   std::string model = "deeplabv3plus_resnet18";
-  int64_t image_size = 64;
-  std::string data = "synthetic";  // or a data set's folder
-  std::string format = "voc";      // of a folder: folder, csv, voc, cityscapes
-  int64_t train_size = 1024;       // samples of the synthetic training set
-  int64_t val_size = 128;          // samples of the synthetic validation set
-  int workers = 2;                 // pipeline threads decoding and augmenting per rank
-  int prefetch = 2;                // batches made ahead of the step
-  bool keep_decoded = false;       // keep decoded pixels in memory, not the files' bytes
-  bool global_shuffle = false;     // a new global permutation every epoch (alltoallv)
-  double max_corrupt = 0.01;       // stop when more of the training set is corrupt
-  int64_t batch_size = 8;          // per rank
-  int64_t epochs = 1;              // used when steps == 0
+  InputOptions input;        // --data, --image-size, --batch-size, ... (train/input.h)
+  ScheduleOptions schedule;  // --lr, --warmup-epochs, --lr-schedule, ... (train/schedule.h)
+  int64_t epochs = 1;        // used when steps == 0
   int64_t steps = 0;
-  double lr = 0.1;  // for a global batch of base_batch (linear scaling rule)
-  int64_t base_batch = 256;
-  double warmup_epochs = 0;  // gradual warm-up (Goyal et al.)
-  std::string lr_schedule = "cosine";
-  std::vector<double> lr_milestones;  // step schedule, in epochs
-  double lr_gamma = 0.1;
   double momentum = 0.9;
   double weight_decay = 1e-4;
   int threads = 1;  // intra-op threads per rank
@@ -41,6 +30,9 @@ struct TrainOptions {
   int64_t eval_every = 0;  // steps; 0: only at the end
   int64_t log_every = 10;
   std::string metrics;     // JSON lines (rank 0)
+  // Rank 0 at the end: an SVG of the loss and metric curves, and (segmentation) a PNG of the
+  // first validation samples beside their true and predicted masks (train/pictures.h).
+  std::string curve, predictions;
   std::string timeline;    // Chrome trace (rank 0's engine, with FORWARD/BACKWARD spans)
   std::string checkpoint;  // written at the end and every checkpoint_every steps
   int64_t checkpoint_every = 0;

@@ -44,12 +44,12 @@ class DataTest : public testing::TorchTest {
   static train::TrainOptions small(const std::string& data, const std::string& format) {
     train::TrainOptions o;
     o.model = format == "voc" ? "deeplabv3plus_resnet18" : "resnet18";
-    o.data = data;
-    o.format = format;
-    o.image_size = 32;
-    o.batch_size = 2;
-    o.lr = 0.2;
-    o.base_batch = 64;
+    o.input.data = data;
+    o.input.format = format;
+    o.input.image_size = 32;
+    o.input.batch = 2;
+    o.schedule.lr = 0.2;
+    o.schedule.base_batch = 64;
     o.quiet = true;
     o.log_every = 5;
     return o;
@@ -111,9 +111,9 @@ TEST_F(DataTest, TrainingOnFilesReadsNothingAfterTheFirstEpoch) {
   for (bool global : {false, true}) {
     const std::string what = global ? "global shuffle" : "local shuffle";
     train::TrainOptions o = small(root, "voc");
-    o.global_shuffle = global;
+    o.input.global_shuffle = global;
     o.epochs = 3;
-    o.max_corrupt = 0;
+    o.input.max_corrupt = 0;
     bool moved = false;
     o.on_step = [&](int64_t done, torch::nn::Module&) {
       if (done != per_epoch) return;
@@ -150,11 +150,11 @@ TEST_F(DataTest, GlobalShuffleRanksMatchOneProcessAcrossEpochs) {
   // 18 training samples: 18 / (N*2) steps per epoch; 7 steps cross at least one epoch boundary,
   // where the ranks exchange their samples.
   train::TrainOptions o = small(dataset("classes", "equiv", 20, 36), "folder");
-  o.global_shuffle = true;
+  o.input.global_shuffle = true;
   o.sync_bn = true;
   o.precision = "f64";
   o.steps = 7;
-  o.workers = 3;
+  o.input.workers = 3;
   // By step: the runs differ only in the order of additions, which ResNet-18's BatchNorm over a
   // few values per channel amplifies 10 to 40 times a step. Measured (largest over 2 and 3
   // ranks): 7.9e-14, 1.0e-11, 3.5e-10, 6.6e-9, 1.6e-8, 2.0e-7, 2.6e-7; each tolerance is 100
@@ -167,8 +167,8 @@ TEST_F(DataTest, GlobalShuffleRanksMatchOneProcessAcrossEpochs) {
     train::TrainOptions one = o;
     one.local_only = true;
     one.sync_bn = false;
-    one.batch_size = o.batch_size * n();
-    one.workers = 1;
+    one.input.batch = o.input.batch * n();
+    one.input.workers = 1;
     one.on_step = [&](int64_t done, torch::nn::Module& m) { ref[done] = snapshot(m); };
     train::run_training(one);
     for (int s = 1; s <= 7; ++s) {
@@ -196,9 +196,9 @@ TEST_F(DataTest, CorruptFilesUnderTheLimitAreSkippedOverItStop) {
   allreduce(torch::zeros({1}), "sync.cut");
   train::TrainOptions o = small(root, "voc");
   o.epochs = 1;
-  o.max_corrupt = 0.05;  // 1 of 54 is 1.9%
+  o.input.max_corrupt = 0.05;  // 1 of 54 is 1.9%
   EXPECT_EQ(train::run_training(o).steps, 54 / n() / 2);
-  o.max_corrupt = 0.01;
+  o.input.max_corrupt = 0.01;
   try {
     train::run_training(o);
     ADD_FAILURE() << "expected the corrupt-file limit to stop training";
@@ -225,11 +225,11 @@ TEST_F(DataTest, BadDataSetsAreTheSameErrorOnEveryRank) {
   o.steps = 1;
   expect_training_error(o, "holds class labels");
   o = small(root, "folder");
-  o.format = "coco";
+  o.input.format = "coco";
   o.steps = 1;
   expect_training_error(o, "accepted: folder, csv, voc, cityscapes");
   o = small(root, "folder");
-  o.batch_size = 8;  // 10 training samples
+  o.input.batch = 8;  // 10 training samples
   o.steps = 1;
   if (n() > 1) expect_training_error(o, "fewer than one global batch");
   // An empty class folder and a val split with other classes (after every rank's checks above).

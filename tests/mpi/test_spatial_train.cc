@@ -119,15 +119,15 @@ class SpatialTrainerTest : public testing::TorchTest {
   static train::TrainOptions small(const std::string& data, const std::string& grid) {
     train::TrainOptions o;
     o.model = "resnet18";
-    o.data = data;
-    o.format = "csv";
+    o.input.data = data;
+    o.input.format = "csv";
     o.spatial = grid;
-    o.image_size = 128;
-    o.batch_size = 2;
-    o.lr = 0.05;
-    o.lr_schedule = "constant";
+    o.input.image_size = 128;
+    o.input.batch = 2;
+    o.schedule.lr = 0.05;
+    o.schedule.kind = "constant";
     o.weight_decay = 1e-4;
-    o.workers = 2;
+    o.input.workers = 2;
     o.quiet = true;
     o.log_every = 1;
     o.device = testing::train_test_device();
@@ -141,7 +141,7 @@ torch::Tensor whole_view(const data::DataSet& set, int64_t i, const train::Train
                          int64_t epoch, bool train) {
   data::SlideReader slide(set.list.samples[static_cast<size_t>(i)].image);
   const train::SlideView v =
-      train::plan_slide_view(o.seed, epoch, i, slide.height(), slide.width(), o.image_size, train);
+      train::plan_slide_view(o.seed, epoch, i, slide.height(), slide.width(), o.input.image_size, train);
   torch::Tensor px = slide.read_region(v.y, v.x, v.size, v.size);
   if (v.flip_rows) px = px.flip(0);
   if (v.flip_cols) px = px.flip(1);
@@ -166,13 +166,13 @@ Reference reference_run(const train::TrainOptions& o, int data_groups, int steps
   net.train();
   torch::optim::SGD sgd(
       net.parameters(),
-      torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
-  const data::DataSet train = data::open_dataset(o.data, data::Format::kCsv, "train");
+      torch::optim::SGDOptions(o.schedule.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  const data::DataSet train = data::open_dataset(o.input.data, data::Format::kCsv, "train");
   data::ShardPlan plan;
   plan.dataset_size = static_cast<int64_t>(train.list.samples.size());
   plan.seed = o.seed;
   plan.ranks = data_groups;
-  plan.batch = o.batch_size;
+  plan.batch = o.input.batch;
   Reference ref;
   for (int64_t step = 0; step < steps; ++step) {
     std::vector<torch::Tensor> images;
@@ -194,7 +194,7 @@ Reference reference_run(const train::TrainOptions& o, int data_groups, int steps
   }
   torch::NoGradGuard no_grad;
   net.eval();
-  const data::DataSet val = data::open_dataset(o.data, data::Format::kCsv, "val");
+  const data::DataSet val = data::open_dataset(o.input.data, data::Format::kCsv, "val");
   std::vector<double> scores;
   std::vector<int64_t> labels;
   for (size_t i = 0; i < val.list.samples.size(); ++i) {
@@ -222,7 +222,7 @@ TEST_F(SpatialTrainerTest, TrainingOnSlidesEqualsOneProcessOnTheWholeImages) {
     o.steps = steps;
     const GridShape g = parse_grid(grid, size());
     o.sync_bn = g.data > 1;
-    o.base_batch = g.data * o.batch_size;  // the rate is --lr itself
+    o.schedule.base_batch = g.data * o.input.batch;  // the rate is --lr itself
     std::vector<std::vector<torch::Tensor>> got(steps);
     o.on_step = [&](int64_t done, torch::nn::Module& m) {
       for (const auto& p : m.parameters())
@@ -257,8 +257,8 @@ TEST_F(SpatialTrainerTest, EachRankReadsOnlyItsTile) {
   const std::string data = slides("tile", 6, 512);
   train::TrainOptions o = small(data, tiles == 4 ? "2x2" : "1x2");
   if (size() != tiles) GTEST_SKIP() << "2 or 4 ranks";
-  o.image_size = 512;
-  o.batch_size = 1;
+  o.input.image_size = 512;
+  o.input.batch = 1;
   o.steps = 2;
   const train::TrainResult r = train::run_training(o);
   ASSERT_GT(r.slide_file_bytes, 0u);
@@ -286,16 +286,16 @@ TEST_F(SpatialTrainerTest, BadInputFailsOnEveryRankNamingSizesOrFiles) {
   testing::expect_training_error(g, "is not HxW");
 
   train::TrainOptions big = o;
-  big.image_size = 512;
+  big.input.image_size = 512;
   testing::expect_training_error(big, "is 256x256 pixels, smaller than --image-size 512");
 
   train::TrainOptions odd = o;
-  odd.image_size = 127;
+  odd.input.image_size = 127;
   testing::expect_training_error(odd, "--image-size 127 does not divide into tiles");
 
   // Tiles too small for the network's layers: the tile geometry names sizes that work.
   train::TrainOptions tiny = o;
-  tiny.image_size = 32;
+  tiny.input.image_size = 32;
   testing::expect_training_error(tiny, "--image-size 32 does not cut into a");
 
   train::TrainOptions seg = o;
@@ -303,7 +303,7 @@ TEST_F(SpatialTrainerTest, BadInputFailsOnEveryRankNamingSizesOrFiles) {
   testing::expect_training_error(seg, "--spatial trains classifiers on slides");
 
   train::TrainOptions synth = o;
-  synth.data = "synthetic";
+  synth.input.data = "synthetic";
   testing::expect_training_error(synth, "--spatial trains on slides");
 
   // A manifest naming a missing slide and one naming a file that is not a TIFF (each its own
@@ -324,10 +324,10 @@ TEST_F(SpatialTrainerTest, BadInputFailsOnEveryRankNamingSizesOrFiles) {
   }
   allreduce(torch::zeros({1}), "sync.broken");
   train::TrainOptions missing = o;
-  missing.data = broken + "/missing";
+  missing.input.data = broken + "/missing";
   testing::expect_training_error(missing, "missing.tif");
   train::TrainOptions notes = o;
-  notes.data = broken + "/notes";
+  notes.input.data = broken + "/notes";
   testing::expect_training_error(notes, "notes.tif");
 }
 

@@ -32,13 +32,13 @@ class TrainTest : public testing::TorchTest {
   static train::TrainOptions small() {
     train::TrainOptions o;
     o.model = "resnet18";
-    o.image_size = 32;
-    o.train_size = 64;
-    o.val_size = 8;
-    o.batch_size = 2;
-    o.lr = 0.5;
-    o.base_batch = 64;
-    o.lr_schedule = "cosine";
+    o.input.image_size = 32;
+    o.input.train_size = 64;
+    o.input.val_size = 8;
+    o.input.batch = 2;
+    o.schedule.lr = 0.5;
+    o.schedule.base_batch = 64;
+    o.schedule.kind = "cosine";
     o.quiet = true;
     o.log_every = 5;
     o.device = testing::train_test_device();
@@ -104,7 +104,7 @@ TEST_F(TrainTest, RanksWithBatchBMatchOneProcessWithBatchNB) {
   train::TrainOptions r = o;
   r.local_only = true;
   r.sync_bn = false;
-  r.batch_size = o.batch_size * size();
+  r.input.batch = o.input.batch * size();
   if (rank() == 0) {
     r.on_step = [&](int64_t done, torch::nn::Module& m) { ref[done] = snapshot(m); };
     train::run_training(r);
@@ -241,7 +241,7 @@ TEST_F(TrainTest, ResumeWithFusionBeyondTwoRanksStartsFromTheCheckpoint) {
 TEST_F(TrainTest, TimelineShowsGradientsEnqueuedDuringBackward) {
   train::TrainOptions o = small();
   o.model = "resnet50";
-  o.image_size = 64;
+  o.input.image_size = 64;
   o.steps = 2;
   o.timeline = path("timeline.json");
   train::run_training(o);
@@ -293,7 +293,7 @@ TEST_F(TrainTest, BadInputIsAClearErrorOnEveryRank) {
   expect_training_error(o, "unknown model 'alexnet'");
   o = small();
   o.steps = 2;
-  o.batch_size = 0;
+  o.input.batch = 0;
   expect_training_error(o, "--batch-size must be > 0");
   o = small();
   o.steps = 2;
@@ -385,8 +385,8 @@ TEST_F(TrainTest, Bf16TrainsUnderAutocastAndF16NeedsAGpu) {
   // any rounding into a 15% change of the loss. Measured at 1 and 2 ranks: 2.1e-4 and 2.1e-3.
   o.steps = 1;
   o.on_step = nullptr;
-  o.image_size = 64;
-  o.batch_size = 8;
+  o.input.image_size = 64;
+  o.input.batch = 8;
   const double bf16 = train::run_training(o).final_loss;
   o.precision = "f32";
   const double f32 = train::run_training(o).final_loss;
@@ -526,9 +526,9 @@ TEST_F(TrainTest, RanksWithDifferentOptionsFailNamingTheOptionAndTheRanks) {
   const std::string low_ranks = (last > 1 ? "ranks " : "rank ") + lows;
   train::TrainOptions o = small();
   o.steps = 2;
-  if (rank() == last) o.batch_size = 4;
+  if (rank() == last) o.input.batch = 4;
   expect_training_error(o, "the ranks disagree on the training options: '--batch-size' is " +
-                               std::to_string(small().batch_size) + " on " + low_ranks +
+                               std::to_string(small().input.batch) + " on " + low_ranks +
                                " but 4 on rank " + std::to_string(last));
   o = small();
   o.steps = 2;
@@ -538,7 +538,7 @@ TEST_F(TrainTest, RanksWithDifferentOptionsFailNamingTheOptionAndTheRanks) {
   // Per-rank resources may differ.
   o = small();
   o.steps = 2;
-  if (rank() == last) o.workers = 1;
+  if (rank() == last) o.input.workers = 1;
   EXPECT_EQ(train::run_training(o).steps, 2);
 }
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <set>
@@ -23,6 +24,8 @@
 #include "runtime/memory_policy.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/input_options.h"
+#include "train/pictures.h"
 #include "train/schedule.h"
 
 namespace tessera {
@@ -59,6 +62,99 @@ TEST(Schedule, StepCosinePoly) {
   s.kind = train::ScheduleKind::kPoly;
   EXPECT_NEAR(s.at(50), std::pow(0.5, 0.9), 1e-12);
   EXPECT_THROW(train::parse_schedule("linear"), InvalidArgument);
+}
+
+// The options in epochs become steps of the run: warm-up and milestones rounded to the nearest
+// step, the kind parsed, the peak scaled by the run's global batch.
+TEST(Schedule, PlannedFromTheUsersOptions) {
+  train::ScheduleOptions o;
+  o.lr = 0.2;
+  o.base_batch = 64;
+  o.warmup_epochs = 0.25;
+  o.kind = "step";
+  o.milestones = {1.5, 2.0};
+  o.gamma = 0.5;
+  const train::LrSchedule s = train::plan_schedule(o, 128, 10, 40);
+  EXPECT_DOUBLE_EQ(s.peak(), 0.4);
+  EXPECT_EQ(s.warmup_steps, 3);  // 2.5 rounds away from zero
+  EXPECT_EQ(s.milestones, (std::vector<int64_t>{15, 20}));
+  EXPECT_EQ(s.kind, train::ScheduleKind::kStep);
+  EXPECT_EQ(s.total_steps, 40);
+  EXPECT_DOUBLE_EQ(s.at(19), 0.2);
+  EXPECT_DOUBLE_EQ(s.at(20), 0.1);
+  EXPECT_EQ(train::describe(o),
+            "--lr: 0.20000000000000001\n--lr-base-batch: 64\n--warmup-epochs: 0.25\n"
+            "--lr-schedule: step\n--lr-milestones: 1.5 2\n--lr-gamma: 0.5\n");
+  for (auto bad : {&train::ScheduleOptions::lr, &train::ScheduleOptions::warmup_epochs}) {
+    train::ScheduleOptions b;
+    b.*bad = -1;
+    EXPECT_THROW(train::validate(b), InvalidArgument);
+  }
+  train::ScheduleOptions unknown;
+  unknown.kind = "linear";
+  EXPECT_THROW(train::validate(unknown), InvalidArgument);
+}
+
+// Each out-of-range input option is refused naming its flag; the shared options are described
+// (workers and prefetch, per-rank resources, are not).
+TEST(InputOptions, ValidatedAndDescribed) {
+  train::InputOptions o;
+  EXPECT_NO_THROW(train::validate(o));
+  const std::vector<std::pair<std::function<void(train::InputOptions&)>, std::string>> bad = {
+      {[](train::InputOptions& b) { b.batch = 0; }, "--batch-size"},
+      {[](train::InputOptions& b) { b.image_size = 15; }, "--image-size"},
+      {[](train::InputOptions& b) { b.workers = 0; }, "--workers"},
+      {[](train::InputOptions& b) { b.prefetch = 0; }, "--prefetch"},
+      {[](train::InputOptions& b) { b.max_corrupt = 1; }, "--max-corrupt"},
+      {[](train::InputOptions& b) { b.min_scale = 0; }, "--scale-range"},
+      {[](train::InputOptions& b) { b.min_scale = 2.5; }, "--scale-range"}};
+  for (const auto& [spoil, flag] : bad) {
+    train::InputOptions b;
+    spoil(b);
+    try {
+      train::validate(b);
+      ADD_FAILURE() << flag << " was not refused";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
+    }
+  }
+  o.min_scale = o.max_scale = 1;
+  const std::string d = train::describe(o);
+  EXPECT_NE(d.find("--scale-range: 1 1\n"), std::string::npos) << d;
+  EXPECT_NE(d.find("--batch-size: 8\n"), std::string::npos) << d;
+  EXPECT_EQ(d.find("--workers"), std::string::npos) << d;
+}
+
+// The grid's geometry, each picture's pixels in closed form: an image stretched over its own
+// range, masks in the VOC colours (1 is (128, 0, 0), 2 is (0, 128, 0)), 255 white, white gaps.
+TEST(Pictures, PredictionGridPlacesEachPictureInItsCell) {
+  const int64_t n = 2, s = 4, zoom = 2;
+  torch::Tensor images = torch::linspace(-1, 3, n * 3 * s * s).reshape({n, 3, s, s});
+  torch::Tensor truth = torch::ones({n, s, s}, torch::kLong);
+  truth[1][0][0] = 255;
+  torch::Tensor pred = torch::full({n, s, s}, 2, torch::kLong);
+  const torch::Tensor g = train::prediction_grid(images, truth, pred, zoom);
+  const int64_t cell = s * zoom, gap = 2;
+  ASSERT_EQ(g.sizes(), (std::vector<int64_t>{n * (cell + gap) - gap, 3 * (cell + gap) - gap, 3}));
+  ASSERT_EQ(g.scalar_type(), torch::kUInt8);
+  const auto px = [&](int64_t y, int64_t x) {
+    const torch::Tensor p = g[y][x];
+    return std::vector<int>{p[0].item<int>(), p[1].item<int>(), p[2].item<int>()};
+  };
+  // Sample 0's image: its first channel's first pixel is its minimum, the last channel's last
+  // pixel its maximum.
+  EXPECT_EQ(px(0, 0)[0], 0);
+  EXPECT_EQ(px(cell - 1, cell - 1)[2], 255);
+  EXPECT_EQ(px(1, 1), px(0, 0)) << "zoom repeats each pixel";
+  EXPECT_EQ(px(0, cell), (std::vector<int>{255, 255, 255})) << "the gap";
+  EXPECT_EQ(px(3, cell + gap + 3), (std::vector<int>{128, 0, 0}));
+  EXPECT_EQ(px(3, 2 * (cell + gap) + 3), (std::vector<int>{0, 128, 0}));
+  EXPECT_EQ(px(cell + gap, cell + gap), (std::vector<int>{255, 255, 255})) << "ignored pixel";
+  EXPECT_THROW(train::prediction_grid(images, truth, pred.narrow(0, 0, 1)), InvalidArgument);
+  // The curve: two panels, the metric on 0..1 whatever its values.
+  const std::string svg = train::training_curve_svg({{50, 1.5}, {100, 0.5}}, {{100, 0.7}}, "miou");
+  EXPECT_NE(svg.find("height=\"880\""), std::string::npos);
+  EXPECT_NE(svg.find("validation miou"), std::string::npos);
 }
 
 TEST(Metrics, ConfusionAccuracyMeanIou) {
