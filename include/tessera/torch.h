@@ -412,12 +412,11 @@ class BatchNorm2dImpl : public torch::nn::Module {
 TORCH_MODULE(BatchNorm2d);
 
 // Functional SyncBatchNorm in training mode: normalises x [N, C, ...] with the statistics of
-// the batch concatenated over `process_set`; returns y and writes the global mean and biased
-// variance (C each, f64) to *mean and *var and the values per channel over all ranks to
-// *count when given.
+// the batch concatenated over `process_set` and returns y. Where given (defined), the running
+// statistics move by `momentum` towards the batch's mean and unbiased variance, in place.
 torch::Tensor sync_batch_norm(const torch::Tensor& x, const torch::Tensor& weight,
                               const torch::Tensor& bias, double eps, const std::string& name,
-                              int process_set = 0, torch::Tensor* mean = nullptr,
-                              torch::Tensor* var = nullptr, double* count = nullptr);
+                              int process_set = 0, torch::Tensor running_mean = {},
+                              torch::Tensor running_var = {}, double momentum = 0.1);
 
 }  // namespace tessera

@@ -135,23 +135,22 @@ void bind_policy(py::module_& m) {
       });
 }
 
-// SyncBatchNorm's statistics and backward (an autograd function of the core's): y, then the
-// batch's mean and biased variance (f64, on x's device) and the values per channel over all
-// ranks, for the running statistics.
+// SyncBatchNorm's statistics, backward and running statistics (the core's, an autograd
+// function of its own): y; the running statistics, where given, move in place.
 void bind_sync_batch_norm(py::module_& m) {
   m.def(
       "sync_batch_norm",
       [](const torch::Tensor& x, const std::optional<torch::Tensor>& weight,
-         const std::optional<torch::Tensor>& bias, double eps, const std::string& name, int ps) {
-        torch::Tensor mean, var;
-        double count = 0;
-        torch::Tensor y =
-            sync_batch_norm(x, weight.value_or(torch::Tensor()), bias.value_or(torch::Tensor()),
-                            eps, name, ps, &mean, &var, &count);
-        return std::make_tuple(y, mean, var, count);
+         const std::optional<torch::Tensor>& bias, double eps, const std::string& name, int ps,
+         const std::optional<torch::Tensor>& running_mean,
+         const std::optional<torch::Tensor>& running_var, double momentum) {
+        return sync_batch_norm(x, weight.value_or(torch::Tensor()), bias.value_or(torch::Tensor()),
+                               eps, name, ps, running_mean.value_or(torch::Tensor()),
+                               running_var.value_or(torch::Tensor()), momentum);
       },
       py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("eps"), py::arg("name"),
-      py::arg("process_set"), py::call_guard<py::gil_scoped_release>());
+      py::arg("process_set"), py::arg("running_mean"), py::arg("running_var"),
+      py::arg("momentum"), py::call_guard<py::gil_scoped_release>());
 }
 
 // The DistributedOptimizer's bookkeeping (the core's, torch/gradient_reducer.h): its hooks are

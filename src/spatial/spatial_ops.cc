@@ -5,6 +5,7 @@
 
 #include "comm/collectives.h"
 #include "common/error.h"
+#include "torch/batch_norm_math.h"
 
 namespace tessera {
 namespace spatial {
@@ -61,74 +62,39 @@ torch::Tensor spatial_global_avg_pool(const torch::Tensor& tile, const TileSpace
 
 namespace {
 
-// BatchNorm over the group as one autograd function, so that it keeps what torch's own keeps
-// (the input, the statistics) and runs torch's fused kernels: the forward normalises with the
-// group's statistics through batch_norm's inference kernel, the backward takes its local sums
-// from batch_norm's backward kernel and reduces them over the group once. Composing it from
-// elementwise ops instead kept several tile-sized intermediates per layer for the backward and
-// made a ResNet step on a 1x2 grid several times slower than the same image on one rank.
+// BatchNorm over the group as one autograd function, by the math of torch/batch_norm_math.h
+// (the tiles are its parts): it keeps what torch's own keeps (the input, the statistics) and
+// runs torch's fused kernels. The sums stay in the tile's dtype (their f64 copy would be a
+// tile-sized f64 temporary per layer, which the memory budget of a tile does not allow).
 struct SpatialBatchNorm : public torch::autograd::Function<SpatialBatchNorm> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor weight,
                                torch::Tensor bias, torch::Tensor running_mean,
                                torch::Tensor running_var, double momentum, double eps,
                                comm::Communicator* stats) {
-    const int64_t c = x.size(1);
-    // Count, sum and sum of squares per channel over every tile, in one allreduce. (torch's
-    // var_mean over N, H, W is about 20x slower on the CPU than these two sums.)
-    const double local = static_cast<double>(x.numel() / c);
-    torch::Tensor sums = torch::cat(
-        {x.sum({0, 2, 3}), (x * x).sum({0, 2, 3}), torch::full({1}, local, x.options())});
+    torch::Tensor sums = batch_norm::local_sums(x, x.scalar_type());
     if (stats->size() > 1) sums = allreduce_copy(sums, *stats);
-    const double n = sums[2 * c].item<double>();
-    const torch::Tensor mean = sums.narrow(0, 0, c) / n;
-    const torch::Tensor var = (sums.narrow(0, c, c) / n - mean * mean).clamp_min_(0);
-    if (running_mean.numel() > 0) running_mean.mul_(1 - momentum).add_(mean * momentum);
-    if (running_var.numel() > 0) {
-      running_var.mul_(1 - momentum).add_(var * (n / std::max(1.0, n - 1)) * momentum);
-    }
-    const torch::Tensor invstd = (var + eps).rsqrt();
-    const bool affine = weight.numel() > 0;
-    ctx->save_for_backward({x, affine ? weight : torch::ones_like(mean), mean, invstd});
+    const batch_norm::Stats s = batch_norm::stats_of(sums, eps, "spatial BatchNorm");
+    batch_norm::update_running(running_mean, running_var, s, momentum);
+    ctx->save_for_backward({x, weight, s.mean, s.invstd});
     ctx->saved_data["stats"] = reinterpret_cast<int64_t>(stats);  // the grid outlives the graph
-    ctx->saved_data["n"] = n;
-    ctx->saved_data["weight"] = affine;
+    ctx->saved_data["count"] = s.count;
     ctx->saved_data["bias"] = bias.numel() > 0;
-    return torch::batch_norm(x, affine ? weight : torch::Tensor(),
-                             bias.numel() > 0 ? bias : torch::Tensor(), mean, var,
-                             /*training=*/false, 0.0, eps, false);
+    return batch_norm::normalize(x, weight, bias, s, eps);
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &weight = saved[1], &mean = saved[2], &invstd = saved[3];
     auto* stats = reinterpret_cast<comm::Communicator*>(ctx->saved_data["stats"].toInt());
-    const double n = ctx->saved_data["n"].toDouble();
-    const torch::Tensor gy = grads[0].contiguous();
     const int64_t c = x.size(1);
-    // Local sums of dy and dy * (x - mean) from the fused kernel (invstd 1 gives the latter).
-    const torch::Tensor ones = torch::ones_like(invstd);
-    const auto local = torch::native_batch_norm_backward(gy, x, ones, {}, {}, mean, ones, true, 0.0,
-                                                         {false, true, true});
-    const torch::Tensor& sum_dy_xmu = std::get<1>(local);
-    const torch::Tensor& sum_dy = std::get<2>(local);
-    torch::Tensor global = torch::cat({sum_dy, sum_dy_xmu});
-    if (stats->size() > 1) global = allreduce_copy(global, *stats);
-    const torch::Tensor g_dy = global.narrow(0, 0, c) / n;
-    const torch::Tensor g_xmu = global.narrow(0, c, c) / n;
-    // dx = w invstd (dy - mean(dy) - (x - mean) invstd^2 mean(dy (x - mean))), the means over the
-    // group: dy * k + x * m + b per channel.
-    const torch::Tensor k = weight * invstd;
-    const torch::Tensor m = -k * invstd * invstd * g_xmu;
-    const torch::Tensor b = -k * g_dy - m * mean;
-    // x * m + b through batch_norm's inference kernel (mean 0, variance 1, eps 0: a per-channel
-    // affine map), about as fast as a copy; then dy * k added in place.
-    const torch::Tensor zero = torch::zeros_like(m);
-    torch::Tensor gx = torch::batch_norm(x, m, b, zero, ones, false, 0.0, 0.0, false);
-    gx.addcmul_(gy, k.view({1, c, 1, 1}));
+    const torch::Tensor local = batch_norm::local_grad_sums(grads[0], x, mean);
+    const torch::Tensor global = stats->size() > 1 ? allreduce_copy(local, *stats) : local;
+    const torch::Tensor gx = batch_norm::input_grad(grads[0], x, weight, mean, invstd, global,
+                                                    ctx->saved_data["count"].toDouble());
     // The weight's and bias's gradients are this tile's share; the engine sums the shares.
     return {gx,
-            ctx->saved_data["weight"].toBool() ? sum_dy_xmu * invstd : torch::Tensor(),
-            ctx->saved_data["bias"].toBool() ? sum_dy : torch::Tensor(),
+            weight.numel() > 0 ? local.narrow(0, c, c) * invstd : torch::Tensor(),
+            ctx->saved_data["bias"].toBool() ? local.narrow(0, 0, c).clone() : torch::Tensor(),
             torch::Tensor(),
             torch::Tensor(),
             torch::Tensor(),

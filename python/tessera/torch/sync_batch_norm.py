@@ -25,22 +25,18 @@ class SyncBatchNorm(_BatchNorm):
         if not self.training and self.track_running_stats:
             return torch.nn.functional.batch_norm(x, self.running_mean, self.running_var,
                                                   self.weight, self.bias, False, 0.0, self.eps)
-        # The statistics' math and its backward are the core's (src/torch/sync_batch_norm.cc),
-        # the same as C++'s BatchNorm2d with sync: f64 sums over the ranks, on x's device.
+        # The statistics' math, its backward and the running statistics are the core's
+        # (src/torch/batch_norm_math.h), the same as C++'s BatchNorm2d with sync: f64 sums over
+        # the ranks, on x's device.
         with _C.Op("sync_batch_norm", None, _set_id(self.process_set, "SyncBatchNorm")) as o:
             pass  # the core refuses its own failures
-        y, mean, var, n = _C.sync_batch_norm(x, self.weight, self.bias, self.eps, o.name,
-                                             o.process_set)
-        if self.training and self.track_running_stats:
-            self._update_running(mean, var, n)
-        return y
-
-    @torch.no_grad()
-    def _update_running(self, mean, var, n):
-        self.num_batches_tracked += 1
-        momentum = (1.0 / float(self.num_batches_tracked) if self.momentum is None
-                    else self.momentum)
-        unbiased = var * (n / (n - 1)) if n > 1 else var
-        self.running_mean.mul_(1 - momentum).add_(mean.to(self.running_mean.dtype), alpha=momentum)
-        self.running_var.mul_(1 - momentum).add_(unbiased.to(self.running_var.dtype),
-                                                 alpha=momentum)
+        update = self.training and self.track_running_stats
+        momentum = 0.0
+        if update:
+            with torch.no_grad():
+                self.num_batches_tracked += 1
+            momentum = (1.0 / float(self.num_batches_tracked) if self.momentum is None
+                        else self.momentum)
+        return _C.sync_batch_norm(x, self.weight, self.bias, self.eps, o.name, o.process_set,
+                                  self.running_mean if update else None,
+                                  self.running_var if update else None, momentum)
