@@ -35,12 +35,7 @@ TOP = {"apps", "bench"}
 
 # Includes that break an arrow today, each a piece of work still open (issue 32): file -> layer.
 EXCEPTIONS = {
-    ("torch", "comm", "context.h"): "new_world_communicator() for data's global shuffle",
-    ("data", "comm", "reshuffle.cc"): "the global shuffle's alltoallv",
-    ("data", "comm", "reshuffle.h"): "the global shuffle's alltoallv",
     ("models", "tessera", "resnet.h"): "the synchronised BatchNorm2d the models build",
-    ("train", "comm", "input.h"): "the input's communicator for the global shuffle",
-    ("train", "gpu", "device_facts.cc"): "the GPU's name and memory for the run's header",
     ("spatial", "models", "spatial_resnet.h"): "the spatial ResNet reuses the model's blocks",
 }
 

@@ -89,6 +89,10 @@ void shutdown(const std::string& error);
 bool is_initialized();
 // Whether this build has NCCL (its device collectives use it for GPU tensors where it can).
 bool nccl_built();
+// Whether this build has tessera's GPU backend (TESSERA_CUDA at configure time), and why this
+// process sees no GPU through it ("" when it sees one).
+bool cuda_built();
+std::string cuda_unavailable_reason();
 // The liveness monitor's line once this rank is ending because another rank was lost or
 // failed (InitOptions::raise_on_peer_loss); "" before. Cheap: front ends poll it while waiting.
 std::string lost_peer_error();

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cstring>
 
-#include "comm/collectives.h"
 #include "common/error.h"
 #include "data/sampler.h"
 
@@ -59,11 +58,11 @@ std::vector<std::vector<int64_t>> plan_sends(const std::vector<int64_t>& held,
   return sends;
 }
 
-ReshuffleStats global_reshuffle(comm::Communicator& comm, ShardedStore& store, uint64_t seed,
+ReshuffleStats global_reshuffle(const Exchange& exchange, ShardedStore& store, uint64_t seed,
                                 int64_t epoch) {
   const auto t0 = std::chrono::steady_clock::now();
-  const int ranks = comm.size();
-  const int me = comm.rank();
+  const int ranks = exchange.ranks;
+  const int me = exchange.rank;
   const int64_t size = static_cast<int64_t>(store.list().samples.size());
   const std::vector<int> owners = global_shuffle_owners(size, seed, epoch, ranks);
   const std::vector<std::vector<int64_t>> sends = plan_sends(store.indices(), owners, ranks);
@@ -96,15 +95,8 @@ ReshuffleStats global_reshuffle(comm::Communicator& comm, ShardedStore& store, u
   held.clear();
   stats.bytes_sent = send.size();
 
-  std::vector<uint64_t> out_counts(send_counts.begin(), send_counts.end());
-  std::vector<uint64_t> in_counts(static_cast<size_t>(ranks));
-  comm::alltoall(comm, out_counts.data(), in_counts.data(), 1, DataType::kInt64);
-  std::vector<size_t> recv_counts(in_counts.begin(), in_counts.end());
-  size_t total = 0;
-  for (size_t c : recv_counts) total += c;
-  std::string recv(total, '\0');
-  comm::alltoallv(comm, send.data(), send_counts, recv.data(), recv_counts, DataType::kUInt8);
-  stats.bytes_received = total;
+  const std::string recv = exchange.alltoallv(send, send_counts);
+  stats.bytes_received = recv.size();
   std::string().swap(send);
 
   const char* p = recv.data();

@@ -2,7 +2,8 @@
 // still holds 1/N of it in memory. Epoch e's permutation P_e = epoch_order(size, seed, e);
 // rank r's shard for epoch e is positions r, r + N, r + 2N, ... of P_e, in that order. At an
 // epoch boundary every rank sends each sample it holds to that sample's owner in the new epoch
-// (one alltoallv of the kept bytes on the data communicator) and no file is read.
+// (one alltoallv of the kept bytes, through whatever connects the ranks: the caller's Exchange)
+// and no file is read.
 //
 // With it, global batch k of an epoch (positions [kNb, (k+1)Nb) of P_e) is exactly the union of
 // the ranks' batches k, so N ranks with batch b train on the samples one process with batch Nb
@@ -10,9 +11,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
-#include "comm/communicator.h"
 #include "data/shard_store.h"
 
 namespace tessera {
@@ -34,9 +36,19 @@ struct ReshuffleStats {
   double seconds = 0;
 };
 
-// Moves `store` (holding some epoch's shard) to epoch `epoch`'s shard. Collective over `comm`
-// (every rank of the data set's ranks, rank order = data ranks), bounded by TESSERA_TIMEOUT.
-ReshuffleStats global_reshuffle(comm::Communicator& comm, ShardedStore& store, uint64_t seed,
+// How the reshuffle reaches the other ranks, given by the caller (the data layer knows no
+// transport; tessera train gives tessera's alltoall): this rank's place among the data set's
+// ranks, and one collective exchange that sends counts[j] consecutive bytes of `send` to rank
+// j and returns what every rank sent to this one, in rank order.
+struct Exchange {
+  int rank = 0, ranks = 1;
+  std::function<std::string(const std::string& send, const std::vector<size_t>& counts)>
+      alltoallv;
+};
+
+// Moves `store` (holding some epoch's shard) to epoch `epoch`'s shard. Collective over the
+// exchange's ranks.
+ReshuffleStats global_reshuffle(const Exchange& exchange, ShardedStore& store, uint64_t seed,
                                 int64_t epoch);
 
 }  // namespace data

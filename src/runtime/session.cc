@@ -117,6 +117,23 @@ engine::Engine& Session::engine() const {
   return *s_->engine;
 }
 
+Place Session::place() const {
+  const comm::Communicator& w = world();
+  Place p;
+  p.rank = w.rank();
+  p.size = w.size();
+  p.local_rank = w.local_rank();
+  p.local_size = w.local_size();
+  if (const comm::Communicator* cross = w.cross()) {
+    p.cross_rank = cross->rank();
+    p.cross_size = cross->size();
+  }
+  p.uniform_nodes = w.uniform_nodes();
+  return p;
+}
+
+double timeout_s(const SettingValues& values) { return comm::kTimeout.get(values); }
+
 void Session::step_done() {
   if (s_->tuner) s_->tuner->after_step();
 }

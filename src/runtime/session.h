@@ -28,6 +28,19 @@ class Engine;
 }
 namespace runtime {
 
+// TESSERA_TIMEOUT in seconds among `values` (its default when absent): how long any wait of
+// this process may last.
+double timeout_s(const SettingValues& values);
+
+// Where this process sits: in the world, on its node (local) and among the ranks of its local
+// rank across nodes (cross); what Horovod's rank(), local_rank(), cross_rank() ... report.
+struct Place {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;
+  int cross_rank = 0, cross_size = 1;
+  bool uniform_nodes = true;  // every node runs as many ranks
+};
+
 // Every layer's settings in one list: what a session checks names against and docs/knobs.md
 // shows. Each layer declares its own beside the code that uses them; this only collects them.
 std::vector<SettingInfo> declared_settings();
@@ -71,6 +84,7 @@ class Session {
   // The values every rank agreed on.
   const SettingValues& settings() const;
   comm::Communicator& world() const;
+  Place place() const;
   // InvalidArgument when the session was opened without one (options.engine false).
   engine::Engine& engine() const;
   // One training step is done (collective: every rank after each optimizer step): the tuner,

@@ -119,6 +119,8 @@ void shutdown(const std::string& error) {
 
 std::string lost_peer_error() { return runtime::lost_peer_error(); }
 bool nccl_built() { return gpu::nccl_built(); }
+bool cuda_built() { return gpu::cuda_built(); }
+std::string cuda_unavailable_reason() { return gpu::cuda_unavailable_reason(); }
 
 void step_done() { detail::context().session->step_done(); }
 
@@ -128,22 +130,16 @@ bool is_initialized() {
 }
 
 namespace {
-comm::Communicator& world() { return detail::context().session->world(); }
+runtime::Place place() { return detail::context().session->place(); }
 }  // namespace
 
-int rank() { return world().rank(); }
-int size() { return world().size(); }
-int local_rank() { return world().local_rank(); }
-int local_size() { return world().local_size(); }
-int cross_rank() {
-  const comm::Communicator* cross = world().cross();
-  return cross ? cross->rank() : 0;
-}
-int cross_size() {
-  const comm::Communicator* cross = world().cross();
-  return cross ? cross->size() : 1;
-}
-bool is_homogeneous() { return world().uniform_nodes(); }
+int rank() { return place().rank; }
+int size() { return place().size; }
+int local_rank() { return place().local_rank; }
+int local_size() { return place().local_size; }
+int cross_rank() { return place().cross_rank; }
+int cross_size() { return place().cross_size; }
+bool is_homogeneous() { return place().uniform_nodes; }
 engine::Engine& global_engine() { return detail::context().engine(); }
 int add_process_set(std::vector<int> ranks) {
   return global_engine().add_process_set(std::move(ranks));
@@ -159,9 +155,7 @@ SettingValues settings() {
   return detail::g_context ? detail::g_context->session->settings() : SettingValues{};
 }
 
-double timeout_s() { return comm::kTimeout.get(settings()); }
-
-std::unique_ptr<comm::Communicator> new_world_communicator() { return world().dup(); }
+double timeout_s() { return runtime::timeout_s(settings()); }
 
 void start_timeline(const std::string& path) { global_engine().start_timeline(path); }
 void stop_timeline() { global_engine().stop_timeline(); }

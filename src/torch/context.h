@@ -7,7 +7,6 @@
 #include <memory>
 #include <string>
 
-#include "comm/communicator.h"
 #include "common/error.h"
 #include "common/settings.h"
 #include "engine/engine.h"
@@ -52,10 +51,7 @@ auto attempt(const char* kind, const std::string& name, int process_set, Start&&
 }  // namespace detail
 
 // Internal to tessera's own layers and tests (not in include/tessera/torch.h, whose users see
-// only tensors): the engine behind every call (stats, tunables), and a new communicator over
-// every rank with the agreed settings for a layer's own messages (the data set's global
-// shuffle; collective). Both throw if not init().
+// only tensors): the engine behind every call (stats, tunables). Throws if not init().
 engine::Engine& global_engine();
-std::unique_ptr<comm::Communicator> new_world_communicator();
 
 }  // namespace tessera

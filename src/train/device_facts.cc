@@ -3,7 +3,7 @@
 // sees.
 #include <torch/torch.h>
 
-#include "gpu/device.h"
+#include "tessera/torch.h"
 #include "train/device_choice.h"
 
 namespace tessera {
@@ -11,7 +11,7 @@ namespace train {
 
 DeviceFacts this_process_device_facts() {
   DeviceFacts f;
-  if (!gpu::cuda_built()) {
+  if (!cuda_built()) {
     f.build_missing =
         "tessera was built without its GPU backend (TESSERA_CUDA=OFF, or no nvcc "
         "when it was configured: install the CUDA toolkit and set TESSERA_CUDA=ON)";
@@ -25,7 +25,7 @@ DeviceFacts this_process_device_facts() {
 #endif
   if (!f.build_missing.empty()) return f;
   f.device_count = static_cast<int>(torch::cuda::device_count());
-  f.unavailable_reason = gpu::cuda_unavailable_reason();
+  f.unavailable_reason = cuda_unavailable_reason();
   if (f.device_count == 0 && f.unavailable_reason.empty()) {
     f.unavailable_reason = "libtorch sees no GPU";
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <sstream>
 
@@ -9,7 +10,6 @@
 #include "data/reshuffle.h"
 #include "data/sampler.h"
 #include "tessera/torch.h"
-#include "torch/context.h"
 #include "train/device_feed.h"
 
 namespace tessera {
@@ -23,6 +23,22 @@ std::string mib(double bytes) {
 }
 
 }  // namespace
+
+data::Exchange world_exchange(const std::string& name) {
+  data::Exchange ex;
+  ex.rank = rank();
+  ex.ranks = size();
+  auto calls = std::make_shared<int64_t>(0);
+  ex.alltoallv = [name, calls](const std::string& send, const std::vector<size_t>& counts) {
+    torch::Tensor bytes = torch::empty({static_cast<int64_t>(send.size())}, torch::kUInt8);
+    if (!send.empty()) std::memcpy(bytes.data_ptr(), send.data(), send.size());
+    TensorHandle h = alltoall_async(bytes, name + "." + std::to_string((*calls)++), 0,
+                                    std::vector<int64_t>(counts.begin(), counts.end()));
+    const torch::Tensor got = synchronize(h).contiguous();
+    return std::string(static_cast<const char*>(got.data_ptr()), static_cast<size_t>(got.numel()));
+  };
+  return ex;
+}
 
 TrainInput::TrainInput(const InputOptions& o) : o_(o) {
   validate(o);
@@ -76,7 +92,7 @@ TrainInput::TrainInput(const InputOptions& o) : o_(o) {
     std::vector<int64_t> val_shard;
     for (int64_t i = rank_; i < val_n; i += world_) val_shard.push_back(i);
     val_src_ = std::make_unique<data::SampleSource>(*val_set_, std::move(val_shard), so);
-    if (o.global_shuffle && o.dist) data_comm_ = new_world_communicator();
+    if (o.global_shuffle && o.dist) exchange_ = world_exchange("data.reshuffle");
   }
 }
 
@@ -118,8 +134,8 @@ void TrainInput::begin_epoch(int64_t epoch, int64_t first, int64_t end) {
         // straight from the files.
         store.reassign(data::global_shuffle_shard(train_samples_, o_.seed, epoch, rank_, world_),
                        {});
-      } else if (data_comm_) {
-        data::global_reshuffle(*data_comm_, store, o_.seed, epoch);
+      } else if (exchange_) {
+        data::global_reshuffle(*exchange_, store, o_.seed, epoch);
       } else {
         store.reassign(data::global_shuffle_shard(train_samples_, o_.seed, epoch, 0, 1),
                        store.take());

@@ -15,12 +15,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
 #include "data/dataset.h"
 #include "data/prefetcher.h"
+#include "data/reshuffle.h"
 #include "data/sample_source.h"
 #include "data/synthetic_shapes.h"
 #include "train/input_options.h"
@@ -30,9 +31,13 @@ namespace tessera {
 namespace train {
 
 
+// The global reshuffle's exchange over every rank of the world, through tessera's alltoall
+// (one uint8 alltoall with splits per call, named `name` and the call's count).
+data::Exchange world_exchange(const std::string& name);
+
 class TrainInput : public StepInput {
  public:
-  // Opens the data (and, with global shuffle, a data communicator). Collective when dist.
+  // Opens the data. Collective when dist.
   explicit TrainInput(const InputOptions& options);
   ~TrainInput() override;
 
@@ -74,7 +79,7 @@ class TrainInput : public StepInput {
   // Files.
   std::unique_ptr<data::DataSet> train_set_, val_set_;
   std::unique_ptr<data::SampleSource> train_src_, val_src_;
-  std::unique_ptr<comm::Communicator> data_comm_;
+  std::optional<data::Exchange> exchange_;  // global shuffle over several ranks
   // The epoch in flight.
   int64_t epoch_ = -1;
   int64_t shard_epoch_ = 0;  // global shuffle: the epoch whose shard the store holds

@@ -16,6 +16,7 @@
 #include "data/reshuffle.h"
 #include "mpi/torch_test_util.h"
 #include "mpi/train_test_util.h"
+#include "train/input.h"
 #include "train/trainer.h"
 
 namespace tessera {
@@ -65,13 +66,13 @@ TEST_F(DataTest, GlobalReshuffleMovesSamplesWithoutReadingFiles) {
   const data::DataSet d =
       data::open_dataset(dataset("shapes", "reshuffle", 50), data::Format::kVoc, "train");
   const int64_t size = static_cast<int64_t>(d.list.samples.size());
-  std::unique_ptr<comm::Communicator> comm = comm::Communicator::world();
+  const data::Exchange exchange = train::world_exchange("test.reshuffle");
   data::ShardedStore store(d.list, data::global_shuffle_shard(size, 3, 0, r(), n()));
   store.load_all();
   const uint64_t read = store.file_bytes_read();
   for (int64_t epoch = 1; epoch <= 3; ++epoch) {
     const uint64_t before = data::process_read_bytes();
-    const data::ReshuffleStats s = data::global_reshuffle(*comm, store, 3, epoch);
+    const data::ReshuffleStats s = data::global_reshuffle(exchange, store, 3, epoch);
     const uint64_t during = data::process_read_bytes() - before;
     EXPECT_LT(during, 16384u) << during << " bytes read during the reshuffle";  // a file is ~3 KiB
     EXPECT_EQ(store.file_bytes_read(), read);
