@@ -3,6 +3,8 @@
 // (host buffers, tessera's auto algorithm), and under the ceilings measured in the same run:
 // the device's copy bandwidth and the pinned host link in each direction. The fake device
 // (host memory, streams on threads) exists to check the bench itself without a GPU.
+#include "gpu/device.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,7 +15,6 @@
 #include "comm/collectives.h"
 #include "comm/device_collectives.h"
 #include "common/error.h"
-#include "gpu/device.h"
 #include "gpu/fake_device.h"
 #include "tune/model_gradients.h"
 

@@ -167,7 +167,8 @@ double mpi_allreduce_ms(comm::Communicator& world, const EngineBenchOptions& o, 
     comm::barrier(world);
     const auto t0 = Clock::now();
     comm::allreduce(world, flat.data(), out.data(), total, DataType::kFloat32, mpi);
-    if (i >= o.warmup) t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (i >= o.warmup)
+      t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   return max_over_ranks(world, median(t));
 }
@@ -188,7 +189,8 @@ nlohmann::json engine_steps(comm::Communicator& world, const EngineBenchOptions&
     // Backward produces gradients from the last layer to the first.
     for (size_t k = g.shapes.size(); k-- > 0;) {
       handles.push_back(engine.enqueue_allreduce("grad." + std::to_string(k), g.grads[k].data(),
-                                                 g.outs[k].data(), DataType::kFloat32, g.shapes[k]));
+                                                 g.outs[k].data(), DataType::kFloat32,
+                                                 g.shapes[k]));
     }
     for (auto& h : handles) h.wait();
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -292,7 +294,8 @@ int run_engine_bench(const EngineBenchOptions& o) {
   report["mpi_allreduce_ms"] = mpi_allreduce_ms(*world, o, g.total);
   report["cache_on"] = engine_steps(*world, o, g, true, same_clock);
   report["cache_off"] = engine_steps(*world, o, g, false, same_clock);
-  report["latency_4KiB_us"]["cycle_default"] = latency_us(*world, o, o.engine.tunables.cycle_time_ms);
+  report["latency_4KiB_us"]["cycle_default"] =
+      latency_us(*world, o, o.engine.tunables.cycle_time_ms);
   report["latency_4KiB_us"]["cycle_0ms"] = latency_us(*world, o, 0.0);
   report["latency_4KiB_us"]["cycle_default_ms"] = o.engine.tunables.cycle_time_ms;
   if (world->rank() == 0) {

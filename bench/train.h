@@ -43,7 +43,7 @@ TrainBenchResult run_train_benchmark(const TrainBenchOptions& options);
 struct SharedBenchFlags {
   TrainBenchOptions train;
   bool batch_size_given = false, image_size_given = false, model_given = false;
-  int iters = 0, warmup = 0;  // the collectives' --iters and --warmup...
+  int iters = 0, warmup = 0;                       // the collectives' --iters and --warmup...
   bool iters_given = false, warmup_given = false;  // ...where given
   std::string device = "cpu";
   std::string json;

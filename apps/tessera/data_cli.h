@@ -4,8 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "data/make_dataset.h"
 #include "bench/data.h"
+#include "data/make_dataset.h"
 
 namespace tessera {
 namespace app {

@@ -224,10 +224,9 @@ int run_comm_bench(Commands& c, const tessera::SettingValues& settings) {
 // ends the session with its error, so that the other ranks learn it instead of waiting.
 int run_in_session(Commands& c, int argc, char** argv, const tessera::SettingValues& explicit_) {
   const std::string& what = c.bench_flags.options.collective;
-  const bool uses_torch = c.train_cmd->parsed() || c.export_cmd->parsed() ||
-                          c.make_dataset_cmd->parsed() ||
-                          (c.bench->parsed() &&
-                           (what == "train" || what == "data" || what == "spatial"));
+  const bool uses_torch =
+      c.train_cmd->parsed() || c.export_cmd->parsed() || c.make_dataset_cmd->parsed() ||
+      (c.bench->parsed() && (what == "train" || what == "data" || what == "spatial"));
   int rc = 0;
   std::string error;
   std::unique_ptr<tessera::runtime::Session> session;

@@ -12,9 +12,9 @@
 #include "models/registry.h"
 #include "tune/cost_model.h"
 #include "tune/machine.h"
+#include "tune/scaling_plot.h"
 #include "tune/search_space.h"
 #include "tune/simulator.h"
-#include "tune/scaling_plot.h"
 #include "tune/timeline_workload.h"
 
 namespace tessera {

@@ -43,24 +43,24 @@ namespace {
 // What the trainer reads: the data set, its layout and the input pipeline.
 void add_data_options(CLI::App& c, train::InputOptions& o) {
   c.add_option("--data", o.data,
-                "synthetic (coloured shapes on noise, generated in memory) or a data set's folder")
+               "synthetic (coloured shapes on noise, generated in memory) or a data set's folder")
       ->capture_default_str();
   c.add_option("--format", o.format,
-                "layout of --data DIR: folder (DIR/{train,val}/<class>/), csv "
-                "(DIR/{train,val}.csv), voc, cityscapes")
+               "layout of --data DIR: folder (DIR/{train,val}/<class>/), csv "
+               "(DIR/{train,val}.csv), voc, cityscapes")
       ->capture_default_str();
   c.add_option("--workers", o.workers, "input pipeline threads per rank")->capture_default_str();
   c.add_option("--prefetch", o.prefetch, "batches the pipeline makes ahead of the step")
       ->capture_default_str();
   c.add_flag("--keep-decoded", o.keep_decoded,
-              "keep decoded pixels in memory instead of the files' bytes (no decoding after the "
-              "first epoch, several times the memory)");
+             "keep decoded pixels in memory instead of the files' bytes (no decoding after the "
+             "first epoch, several times the memory)");
   c.add_flag("--global-shuffle", o.global_shuffle,
-              "a new permutation of the whole data set every epoch: ranks exchange samples at "
-              "each epoch boundary (alltoallv); default: shuffle within each rank's shard");
+             "a new permutation of the whole data set every epoch: ranks exchange samples at "
+             "each epoch boundary (alltoallv); default: shuffle within each rank's shard");
   c.add_option("--max-corrupt", o.max_corrupt,
-                "stop when more than this share of the training set is corrupt (skipped files "
-                "are listed at the end of each epoch)")
+               "stop when more than this share of the training set is corrupt (skipped files "
+               "are listed at the end of each epoch)")
       ->capture_default_str();
   c.add_option("--train-size", o.train_size, "samples in the synthetic training set")
       ->capture_default_str();
@@ -85,16 +85,19 @@ void add_schedule_options(CLI::App& c, train::TrainOptions& o) {
   c.add_option("--lr", o.schedule.lr, "learning rate for a global batch of --lr-base-batch")
       ->capture_default_str();
   c.add_option("--lr-base-batch", o.schedule.base_batch,
-                "global batch that --lr is given for; the rate scales linearly (Goyal et al.)")
+               "global batch that --lr is given for; the rate scales linearly (Goyal et al.)")
       ->capture_default_str();
   c.add_option("--warmup-epochs", o.schedule.warmup_epochs,
-                "linear warm-up from the unscaled to the scaled rate")
+               "linear warm-up from the unscaled to the scaled rate")
       ->capture_default_str();
   c.add_option("--lr-schedule", o.schedule.kind, "constant, step, cosine or poly")
       ->capture_default_str();
   c.add_option("--lr-milestones", o.schedule.milestones, "step schedule: epochs where lr *= gamma")
       ->delimiter(',');
   c.add_option("--lr-gamma", o.schedule.gamma, "step schedule factor")->capture_default_str();
+  c.add_option("--class-weights", o.class_weights,
+               "the loss's weight of each class, one per class (default: all 1)")
+      ->delimiter(',');
   c.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   c.add_option("--weight-decay", o.weight_decay, "SGD weight decay")->capture_default_str();
 }
@@ -106,7 +109,8 @@ CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
   c->add_option("--model", o.model,
                 "resnet18, resnet50, deeplabv3plus_resnet18, deeplabv3plus_resnet50")
       ->capture_default_str();
-  c->add_option("--image-size", o.input.image_size, "square input side in pixels")->capture_default_str();
+  c->add_option("--image-size", o.input.image_size, "square input side in pixels")
+      ->capture_default_str();
   add_data_options(*c, o.input);
   add_schedule_options(*c, o);
   c->add_option("--threads", o.threads, "intra-op threads per rank")->capture_default_str();

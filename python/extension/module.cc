@@ -123,16 +123,16 @@ void bind_policy(py::module_& m) {
       .def_readonly("name", &Op::name)
       .def_readonly("process_set", &Op::process_set)
       .def("__enter__", [](const Op& op) { return op; })
-      .def("__exit__", [](const Op& op, const py::object& type, const py::object& value,
-                          const py::object&) {
-        if (!value.is_none() && PyErr_GivenExceptionMatches(type.ptr(), PyExc_Exception)) {
-          const std::string reason =
-              detail::concat(py::str(type.attr("__name__")).cast<std::string>(), ": ",
-                     py::str(value).cast<std::string>());
-          detail::refuse(op.name, op.process_set, reason, op.members);
-        }
-        return false;
-      });
+      .def("__exit__",
+           [](const Op& op, const py::object& type, const py::object& value, const py::object&) {
+             if (!value.is_none() && PyErr_GivenExceptionMatches(type.ptr(), PyExc_Exception)) {
+               const std::string reason =
+                   detail::concat(py::str(type.attr("__name__")).cast<std::string>(), ": ",
+                                  py::str(value).cast<std::string>());
+               detail::refuse(op.name, op.process_set, reason, op.members);
+             }
+             return false;
+           });
 }
 
 // SyncBatchNorm's statistics, backward and running statistics (the core's, an autograd
@@ -149,8 +149,8 @@ void bind_sync_batch_norm(py::module_& m) {
                                running_var.value_or(torch::Tensor()), momentum);
       },
       py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("eps"), py::arg("name"),
-      py::arg("process_set"), py::arg("running_mean"), py::arg("running_var"),
-      py::arg("momentum"), py::call_guard<py::gil_scoped_release>());
+      py::arg("process_set"), py::arg("running_mean"), py::arg("running_var"), py::arg("momentum"),
+      py::call_guard<py::gil_scoped_release>());
 }
 
 // The DistributedOptimizer's bookkeeping (the core's, torch/gradient_reducer.h): its hooks are
@@ -211,10 +211,8 @@ void bind_collectives(py::module_& m) {
   m.def("allgather_async", [](const torch::Tensor& t, const std::string& name, int ps) {
     return allgather_async(t, name, ps);
   });
-  m.def("grouped_allgather_async",
-        [](const std::vector<torch::Tensor>& ts, const std::string& name, int ps) {
-          return grouped_allgather_async(ts, name, ps);
-        });
+  m.def("grouped_allgather_async", [](const std::vector<torch::Tensor>& ts, const std::string& name,
+                                      int ps) { return grouped_allgather_async(ts, name, ps); });
   m.def("broadcast_async", [](const torch::Tensor& t, int root, const std::string& name, int ps) {
     return broadcast_async(t, root, name, ps);
   });

@@ -17,13 +17,13 @@ namespace comm {
 // Turns an MPI return code into tessera::CommError with MPI_Error_string.
 std::string mpi_error_string(int code);
 
-#define TESSERA_MPI_CHECK(call)                                                                    \
-  do {                                                                                             \
-    const int tessera_rc_ = (call);                                                                \
-    if (tessera_rc_ != MPI_SUCCESS) {                                                              \
-      throw ::tessera::CommError(::tessera::detail::concat(                                        \
-          #call " failed: ", ::tessera::comm::mpi_error_string(tessera_rc_)));                     \
-    }                                                                                              \
+#define TESSERA_MPI_CHECK(call)                                                \
+  do {                                                                         \
+    const int tessera_rc_ = (call);                                            \
+    if (tessera_rc_ != MPI_SUCCESS) {                                          \
+      throw ::tessera::CommError(::tessera::detail::concat(                    \
+          #call " failed: ", ::tessera::comm::mpi_error_string(tessera_rc_))); \
+    }                                                                          \
   } while (0)
 
 struct FreeDeleter {

@@ -45,8 +45,11 @@ struct TreeState {
 class TreePipeline {
  public:
   TreePipeline(Communicator& comm, const AllreduceArgs& a, int trees, const char* what)
-      : comm_(comm), a_(a), esize_(dtype_size(a.dtype)),
-        seg_(std::max<size_t>(1, a.segment_bytes / esize_)), reqs_(comm, what, a.timeout_s) {
+      : comm_(comm),
+        a_(a),
+        esize_(dtype_size(a.dtype)),
+        seg_(std::max<size_t>(1, a.segment_bytes / esize_)),
+        reqs_(comm, what, a.timeout_s) {
     const ColorTrees shape = color_trees(comm.size(), trees);
     ts_.resize(static_cast<size_t>(shape.colors));
     for (int t = 0; t < shape.colors; ++t) {
@@ -59,8 +62,8 @@ class TreePipeline {
       max_segments_ = std::max(max_segments_, s.segments);
       max_lag_ = std::max(max_lag_, 2 * s.links.depth);
     }
-    child_buf_ = static_cast<char*>(
-        comm.scratch(0, static_cast<size_t>(shape.fanout) * seg_ * esize_));
+    child_buf_ =
+        static_cast<char*>(comm.scratch(0, static_cast<size_t>(shape.fanout) * seg_ * esize_));
   }
 
   void run() {
@@ -126,8 +129,8 @@ class TreePipeline {
       // Root without children: only when n == 1, handled before we get here.
       TESSERA_ASSERT(s.links.parent >= 0, "tree root without children");
       const Range g = segment(s, static_cast<size_t>(i));
-      s.up_send[static_cast<size_t>(i)] = reqs_.isend(src(g), g.size() * esize_, s.links.parent,
-                                                      kTagReduce + static_cast<int>(t));
+      s.up_send[static_cast<size_t>(i)] =
+          reqs_.isend(src(g), g.size() * esize_, s.links.parent, kTagReduce + static_cast<int>(t));
     }
   }
 

@@ -37,9 +37,7 @@ inline void record_error(const std::string& what) {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {
-    detail::record_error(what);
-  }
+  explicit Error(const std::string& what) : std::runtime_error(what) { detail::record_error(what); }
   explicit Error(const char* what) : Error(std::string(what)) {}
 };
 
@@ -106,22 +104,22 @@ std::string concat(const Parts&... parts) {
 
 // Bad arguments and bad input: throws tessera::InvalidArgument with the message alone (what a
 // user reads carries no source position).
-#define TESSERA_CHECK(cond, ...)                                                       \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      throw ::tessera::InvalidArgument(::tessera::detail::concat(__VA_ARGS__));        \
-    }                                                                                  \
+#define TESSERA_CHECK(cond, ...)                                                \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
+      throw ::tessera::InvalidArgument(::tessera::detail::concat(__VA_ARGS__)); \
+    }                                                                           \
   } while (0)
 
-#define TESSERA_CHECK_OP_(a, b, op, ...)                                                       \
-  do {                                                                                         \
-    const auto& tessera_a_ = (a);                                                              \
-    const auto& tessera_b_ = (b);                                                              \
-    if (!(tessera_a_ op tessera_b_)) {                                                         \
-      throw ::tessera::InvalidArgument(                                                        \
-          ::tessera::detail::concat(__VA_ARGS__, " (expected " #a " " #op " " #b ", got ",     \
-                                    tessera_a_, " vs ", tessera_b_, ")"));                     \
-    }                                                                                          \
+#define TESSERA_CHECK_OP_(a, b, op, ...)                                                   \
+  do {                                                                                     \
+    const auto& tessera_a_ = (a);                                                          \
+    const auto& tessera_b_ = (b);                                                          \
+    if (!(tessera_a_ op tessera_b_)) {                                                     \
+      throw ::tessera::InvalidArgument(                                                    \
+          ::tessera::detail::concat(__VA_ARGS__, " (expected " #a " " #op " " #b ", got ", \
+                                    tessera_a_, " vs ", tessera_b_, ")"));                 \
+    }                                                                                      \
   } while (0)
 
 #define TESSERA_CHECK_EQ(a, b, ...) TESSERA_CHECK_OP_(a, b, ==, __VA_ARGS__)

@@ -86,8 +86,8 @@ std::vector<double> ticks(const Plot& p, const PlotAxis& a, const Scale& s, bool
 
 void draw_grid(std::ostringstream& o, const Plot& p, const Scale& X, const Scale& Y) {
   for (double v : ticks(p, p.y, Y, false)) {
-    o << "<line x1=\"" << kLeft << "\" x2=\"" << kW - kRight << "\" y1=\"" << Y.at(v)
-      << "\" y2=\"" << Y.at(v) << "\" stroke=\"#ddd\"/>\n";
+    o << "<line x1=\"" << kLeft << "\" x2=\"" << kW - kRight << "\" y1=\"" << Y.at(v) << "\" y2=\""
+      << Y.at(v) << "\" stroke=\"#ddd\"/>\n";
     o << "<text x=\"" << kLeft - 6 << "\" y=\"" << Y.at(v) + 4 << "\" text-anchor=\"end\">" << v
       << "</text>\n";
   }
@@ -97,8 +97,8 @@ void draw_grid(std::ostringstream& o, const Plot& p, const Scale& X, const Scale
     last_x = X.at(v);
     o << "<line x1=\"" << X.at(v) << "\" x2=\"" << X.at(v) << "\" y1=\"" << kTop << "\" y2=\""
       << kH - kBottom << "\" stroke=\"#eee\"/>\n";
-    o << "<text x=\"" << X.at(v) << "\" y=\"" << kH - kBottom + 16
-      << "\" text-anchor=\"middle\">" << v << "</text>\n";
+    o << "<text x=\"" << X.at(v) << "\" y=\"" << kH - kBottom + 16 << "\" text-anchor=\"middle\">"
+      << v << "</text>\n";
   }
   o << "<line x1=\"" << kLeft << "\" x2=\"" << kLeft << "\" y1=\"" << kTop << "\" y2=\""
     << kH - kBottom << "\" stroke=\"black\"/>\n";

@@ -42,8 +42,7 @@ struct ReshuffleStats {
 // j and returns what every rank sent to this one, in rank order.
 struct Exchange {
   int rank = 0, ranks = 1;
-  std::function<std::string(const std::string& send, const std::vector<size_t>& counts)>
-      alltoallv;
+  std::function<std::string(const std::string& send, const std::vector<size_t>& counts)> alltoallv;
 };
 
 // Moves `store` (holding some epoch's shard) to epoch `epoch`'s shard. Collective over the

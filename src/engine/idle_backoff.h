@@ -10,9 +10,7 @@ namespace engine {
 
 // The wait between cycles while there is work: the cycle time, or 1 ms when it is 0 (a cycle time
 // of 0 asks for "as often as useful", not a busy loop of the engine thread).
-inline double base_wait_ms(double cycle_time_ms) {
-  return cycle_time_ms > 0 ? cycle_time_ms : 1.0;
-}
+inline double base_wait_ms(double cycle_time_ms) { return cycle_time_ms > 0 ? cycle_time_ms : 1.0; }
 
 // An idle engine still joins a cycle every cycle time: the other ranks may have work that needs
 // everyone's vote. While every rank voted idle in the cycle just run (so all ranks agree), the

@@ -49,7 +49,7 @@ ResolvedSettings resolve_session_settings(const SessionOptions& options) {
 }
 
 struct Session::State {
-  bool owns_mpi = false;  // this session initialised MPI, so it finalises it
+  bool owns_mpi = false;       // this session initialised MPI, so it finalises it
   bool owns_liveness = false;  // this session started the monitor (a second one finds it running)
   bool ended = false;
   SettingValues settings;
@@ -82,8 +82,8 @@ Session::Session(const SessionOptions& options) : s_(std::make_unique<State>()) 
     throw;
   }
   TESSERA_LOG(kInfo, "tessera session: ", s_->world->describe(), ", memory policy ",
-              s_->memory_policy, ", heartbeat timeout ", kHeartbeatTimeout.get(s_->settings),
-              " s", liveness_running() ? "" : " (no monitor)");
+              s_->memory_policy, ", heartbeat timeout ", kHeartbeatTimeout.get(s_->settings), " s",
+              liveness_running() ? "" : " (no monitor)");
 }
 
 Session::~Session() { end(""); }

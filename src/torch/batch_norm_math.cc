@@ -77,8 +77,8 @@ torch::Tensor input_grad(const torch::Tensor& dy, const torch::Tensor& x,
   // x * m + b through batch_norm's inference kernel (mean 0, variance 1, eps 0: a per-channel
   // affine map), about as fast as a copy; then dy * k added in place. Composed from elementwise
   // ops instead, it kept several activation-sized intermediates per layer.
-  torch::Tensor dx = torch::batch_norm(x, m, b, torch::zeros_like(m), torch::ones_like(m), false,
-                                       0.0, 0.0, false);
+  torch::Tensor dx =
+      torch::batch_norm(x, m, b, torch::zeros_like(m), torch::ones_like(m), false, 0.0, 0.0, false);
   return dx.addcmul_(dy, per_channel(k, x));
 }
 

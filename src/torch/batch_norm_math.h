@@ -39,8 +39,7 @@ torch::Tensor local_grad_sums(const torch::Tensor& dy, const torch::Tensor& x,
 // dx from the grad sums over every part. weight: defined or not; mean, invstd in x's dtype.
 torch::Tensor input_grad(const torch::Tensor& dy, const torch::Tensor& x,
                          const torch::Tensor& weight, const torch::Tensor& mean,
-                         const torch::Tensor& invstd, const torch::Tensor& grad_sums,
-                         double count);
+                         const torch::Tensor& invstd, const torch::Tensor& grad_sums, double count);
 
 // running = (1 - momentum) running + momentum batch, the variance unbiased over every part (as
 // torch.nn.SyncBatchNorm keeps it). In place; either may be undefined or empty (not tracked).

@@ -11,9 +11,9 @@
 #include "common/settings.h"
 #include "engine/engine.h"
 #include "gpu/device.h"
+#include "runtime/session.h"
 #include "tessera/torch.h"
 #include "torch/op_policy.h"
-#include "runtime/session.h"
 
 namespace tessera {
 namespace detail {

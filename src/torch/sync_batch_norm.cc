@@ -21,8 +21,8 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
                                std::string name, int64_t process_set, torch::Tensor running_mean,
                                torch::Tensor running_var, double momentum) {
     const torch::Tensor sums =
-        allreduce(batch_norm::local_sums(x, torch::kFloat64), name + ".stats", ReduceOp::kSum,
-                  1.0, 1.0, static_cast<int>(process_set));
+        allreduce(batch_norm::local_sums(x, torch::kFloat64), name + ".stats", ReduceOp::kSum, 1.0,
+                  1.0, static_cast<int>(process_set));
     const batch_norm::Stats s = batch_norm::stats_of(sums, eps, "SyncBatchNorm '" + name + "'");
     batch_norm::update_running(running_mean, running_var, s, momentum);
     ctx->save_for_backward({x, weight, s.mean.to(x.scalar_type()), s.invstd.to(x.scalar_type())});

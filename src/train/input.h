@@ -30,7 +30,6 @@
 namespace tessera {
 namespace train {
 
-
 // The global reshuffle's exchange over every rank of the world, through tessera's alltoall
 // (one uint8 alltoall with splits per call, named `name` and the call's count).
 data::Exchange world_exchange(const std::string& name);

@@ -49,8 +49,7 @@ torch::Tensor prediction_grid(const torch::Tensor& images, const torch::Tensor& 
     const torch::Tensor row[3] = {stretched(images[i].cpu()), coloured(truth[i].cpu()),
                                   coloured(predicted[i].cpu())};
     for (int64_t j = 0; j < 3; ++j) {
-      const torch::Tensor big =
-          row[j].repeat_interleave(zoom, 0).repeat_interleave(zoom, 1);
+      const torch::Tensor big = row[j].repeat_interleave(zoom, 0).repeat_interleave(zoom, 1);
       grid.narrow(0, i * (h + kGap), h).narrow(1, j * (w + kGap), w).copy_(big);
     }
   }

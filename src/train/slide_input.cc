@@ -139,8 +139,9 @@ std::string SlideInput::describe() const {
   os << "slides '" << o_.input.data << "' (" << train_.list.samples.size() << " train, "
      << val_.list.samples.size() << " val, " << num_classes_ << " classes), " << o_.input.image_size
      << "x" << o_.input.image_size << " images over a " << o_.grid.h << "x" << o_.grid.w
-     << " grid: tiles of " << o_.input.image_size / o_.grid.h << "x" << o_.input.image_size / o_.grid.w << ", "
-     << o_.grid.data << " data group" << (o_.grid.data == 1 ? "" : "s");
+     << " grid: tiles of " << o_.input.image_size / o_.grid.h << "x"
+     << o_.input.image_size / o_.grid.w << ", " << o_.grid.data << " data group"
+     << (o_.grid.data == 1 ? "" : "s");
   return os.str();
 }
 
@@ -151,8 +152,9 @@ data::Batch SlideInput::read(const data::DataSet& set, const std::vector<int64_t
   std::vector<int64_t> labels;
   for (int64_t i : indices) {
     const data::Sample& s = set.list.samples[static_cast<size_t>(i)];
-    const SlideView view = plan_slide_view(o_.input.seed, epoch, i, rows[static_cast<size_t>(i)],
-                                           cols[static_cast<size_t>(i)], o_.input.image_size, train);
+    const SlideView view =
+        plan_slide_view(o_.input.seed, epoch, i, rows[static_cast<size_t>(i)],
+                        cols[static_cast<size_t>(i)], o_.input.image_size, train);
     const TileRead t = plan_tile_read(view, o_.grid, o_.at);
     data::SlideReader slide(s.image);
     torch::Tensor px = slide.read_region(t.y, t.x, t.rows, t.cols);
@@ -183,8 +185,8 @@ data::Batch SlideInput::batch(int64_t step, int64_t end) {
                   s / per_epoch, true);
     };
     if (o_.input.pinned) make = [make](int64_t s) { return pinned_batch(make(s)); };  // workers pin
-    pipe_ = std::make_unique<data::Prefetcher<data::Batch>>(make, o_.input.workers, o_.input.prefetch, step,
-                                                            end, timeout_s());
+    pipe_ = std::make_unique<data::Prefetcher<data::Batch>>(
+        make, o_.input.workers, o_.input.prefetch, step, end, timeout_s());
   }
   return pipe_->next();
 }

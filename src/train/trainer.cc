@@ -55,6 +55,9 @@ void validate(const TrainOptions& o) {
   validate(o.schedule);
   TESSERA_CHECK(o.steps > 0 || o.epochs > 0, "give --steps or --epochs (> 0)");
   TESSERA_CHECK(o.steps >= 0 && o.epochs >= 0, "--steps and --epochs must be >= 0");
+  for (double w : o.class_weights) {
+    TESSERA_CHECK(w >= 0 && std::isfinite(w), "--class-weights must be finite and >= 0, got ", w);
+  }
   TESSERA_CHECK(o.threads >= 1, "--threads must be >= 1, got ", o.threads);
   TESSERA_CHECK(o.log_every >= 1, "--log-every must be >= 1");
   TESSERA_CHECK(o.eval_every >= 0 && o.checkpoint_every >= 0,
@@ -91,15 +94,17 @@ std::string describe_training_options(const TrainOptions& o) {
   s << "--model: " << o.model << "\n"
     << describe(o.input) << describe(o.schedule) << "--epochs: " << o.epochs
     << "\n--steps: " << o.steps;
-  s << "\n--momentum: " << o.momentum
-    << "\n--weight-decay: " << o.weight_decay << "\n--seed: " << o.seed
-    << "\n--eval-every: " << o.eval_every << "\n--log-every: " << o.log_every
-    << "\n--checkpoint-every: " << o.checkpoint_every << "\n--resume (given): " << !o.resume.empty()
-    << "\n--stop-at: " << o.stop_at << "\n--init-from (given): " << !o.init_from.empty()
-    << "\n--sync-bn: " << o.sync_bn << "\n--spatial: " << o.spatial
-    << "\n--precision: " << o.precision << "\n--loss-scale: " << o.loss_scale
-    << "\n--device: " << o.device << "\n--memory-format: " << o.memory_format
-    << "\n--cudnn-benchmark: " << o.cudnn_benchmark << "\n--output-stride: " << o.output_stride
+  s << "\n--class-weights:";
+  for (double w : o.class_weights) s << " " << w;
+  s << "\n--momentum: " << o.momentum << "\n--weight-decay: " << o.weight_decay
+    << "\n--seed: " << o.seed << "\n--eval-every: " << o.eval_every
+    << "\n--log-every: " << o.log_every << "\n--checkpoint-every: " << o.checkpoint_every
+    << "\n--resume (given): " << !o.resume.empty() << "\n--stop-at: " << o.stop_at
+    << "\n--init-from (given): " << !o.init_from.empty() << "\n--sync-bn: " << o.sync_bn
+    << "\n--spatial: " << o.spatial << "\n--precision: " << o.precision
+    << "\n--loss-scale: " << o.loss_scale << "\n--device: " << o.device
+    << "\n--memory-format: " << o.memory_format << "\n--cudnn-benchmark: " << o.cudnn_benchmark
+    << "\n--output-stride: " << o.output_stride
     << "\n--backward-passes-per-step: " << o.backward_passes_per_step << "\n--groups: " << o.groups
     << "\n--compression: " << o.compression << "\n";
   return s.str();
@@ -155,6 +160,7 @@ class Run {
   int64_t interval_steps_ = 0;
   Clock::time_point interval_start_;
   double interval_wait_start_ = 0;
+  torch::Tensor class_weights_;  // --class-weights, in the master dtype on the device
   // (step, value) of every logged interval's loss and every evaluation: the --curve.
   std::vector<std::pair<double, double>> loss_points_, metric_points_;
 };
@@ -191,6 +197,12 @@ Run::Run(const TrainOptions& o)
   sched_ = plan_schedule(o.schedule, path_->global_batch(), per_epoch_, total_);
   meta_.model = o.model;
   meta_.num_classes = path_->input().num_classes();
+  if (!o.class_weights.empty()) {
+    TESSERA_CHECK(static_cast<int64_t>(o.class_weights.size()) == meta_.num_classes,
+                  "--class-weights gives ", o.class_weights.size(), " weights; the data has ",
+                  meta_.num_classes, " classes: give one weight per class");
+    class_weights_ = torch::tensor(o.class_weights, torch::kFloat64).to(device_, dtype_);
+  }
   meta_.image_size = o.input.image_size;
   if (!o.resume.empty()) restore(meta_);
   place_model();
@@ -344,8 +356,9 @@ torch::Tensor Run::forward_loss(const torch::Tensor& x, const torch::Tensor& y) 
     AutocastScope amp(device_, precision_.compute);
     out = path_->forward(x);
   }
-  return torch::nn::functional::cross_entropy(
-      out.to(dtype_), y, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255));
+  auto options = torch::nn::functional::CrossEntropyFuncOptions().ignore_index(255);
+  if (class_weights_.defined()) options.weight(class_weights_);
+  return torch::nn::functional::cross_entropy(out.to(dtype_), y, options);
 }
 
 // The step over the averaged gradients; with f16, unscaled first, or skipped on every rank
@@ -454,16 +467,15 @@ void Run::save(int64_t steps_done) {
 // first validation samples.
 void Run::write_pictures(const Evaluation& final_eval) const {
   if (!o_.curve.empty()) {
-    const std::string svg =
-        training_curve_svg(loss_points_, metric_points_, path_->metric_name());
+    const std::string svg = training_curve_svg(loss_points_, metric_points_, path_->metric_name());
     write_file_atomically(o_.curve, svg.data(), svg.size());
     if (talk_) std::printf("curve: %s\n", o_.curve.c_str());
   }
   if (o_.predictions.empty()) return;
   TESSERA_CHECK(final_eval.shown_images.defined(), "--predictions needs a segmentation model on ",
                 "whole images (not --spatial) and rank 0 to hold validation samples");
-  const std::string png = data::encode_png(prediction_grid(
-      final_eval.shown_images, final_eval.shown_truth, final_eval.shown_predicted));
+  const std::string png = data::encode_png(
+      prediction_grid(final_eval.shown_images, final_eval.shown_truth, final_eval.shown_predicted));
   write_file_atomically(o_.predictions, png.data(), png.size());
   if (talk_) {
     std::printf("predictions: %s (image, true mask, predicted mask; %lld validation samples)\n",

@@ -25,11 +25,14 @@ struct TrainOptions {
   int64_t steps = 0;
   double momentum = 0.9;
   double weight_decay = 1e-4;
+  // The loss's weight of each class (as many as the data set has; empty: all 1). Rare classes
+  // weighed up lift the mean IoU, which counts every class alike.
+  std::vector<double> class_weights;
   int threads = 1;  // intra-op threads per rank
   uint64_t seed = 42;
   int64_t eval_every = 0;  // steps; 0: only at the end
   int64_t log_every = 10;
-  std::string metrics;     // JSON lines (rank 0)
+  std::string metrics;  // JSON lines (rank 0)
   // Rank 0 at the end: an SVG of the loss and metric curves, and (segmentation) a PNG of the
   // first validation samples beside their true and predicted masks (train/pictures.h).
   std::string curve, predictions;

@@ -1,7 +1,7 @@
 // gtest main for the multi-rank tests (run under mpirun): opens the process's tessera session
 // (runtime/session.h: settings from the environment, MPI, liveness; no engine, which the tests
-// make), lets rank 0 print the usual output, prints every other rank's failures prefixed "[rank N]", and exits
-// with the maximum status over all ranks, so one failing rank fails the test.
+// make), lets rank 0 print the usual output, prints every other rank's failures prefixed "[rank
+// N]", and exits with the maximum status over all ranks, so one failing rank fails the test.
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -24,16 +24,18 @@ using Tensors = std::vector<torch::Tensor>;
 
 const std::map<std::string, torch::ScalarType>& dtypes() {
   static const std::map<std::string, torch::ScalarType> m = {
-      {"uint8", torch::kUInt8},     {"int8", torch::kInt8},       {"int16", torch::kInt16},
-      {"int32", torch::kInt32},     {"int64", torch::kInt64},     {"float16", torch::kHalf},
+      {"uint8", torch::kUInt8},       {"int8", torch::kInt8},     {"int16", torch::kInt16},
+      {"int32", torch::kInt32},       {"int64", torch::kInt64},   {"float16", torch::kHalf},
       {"bfloat16", torch::kBFloat16}, {"float32", torch::kFloat}, {"float64", torch::kDouble}};
   return m;
 }
 
 const std::map<std::string, ReduceOp>& reduce_ops() {
-  static const std::map<std::string, ReduceOp> m = {
-      {"Sum", ReduceOp::kSum}, {"Average", ReduceOp::kAverage}, {"Min", ReduceOp::kMin},
-      {"Max", ReduceOp::kMax}, {"Product", ReduceOp::kProduct}};
+  static const std::map<std::string, ReduceOp> m = {{"Sum", ReduceOp::kSum},
+                                                    {"Average", ReduceOp::kAverage},
+                                                    {"Min", ReduceOp::kMin},
+                                                    {"Max", ReduceOp::kMax},
+                                                    {"Product", ReduceOp::kProduct}};
   return m;
 }
 
@@ -104,7 +106,8 @@ std::vector<Form> grouped_allreduce_forms(const json& c, int ps) {
           {"async", [=](Tensors t) { return wait_all(grouped_allreduce_async(t, "", op, ps)); }},
           {"async_", [=](Tensors t) {
              std::vector<std::string> names;  // the in-place form takes the caller's names
-             for (size_t i = 0; i < t.size(); ++i) names.push_back(id + ".inplace." + std::to_string(i));
+             for (size_t i = 0; i < t.size(); ++i)
+               names.push_back(id + ".inplace." + std::to_string(i));
              wait_all(grouped_allreduce_async_(t, names, op, 1.0, 1.0, ps));
              return t;
            }}};
@@ -132,11 +135,12 @@ std::vector<Form> forms_of(const json& c, const json& s, int ps, int me) {
   }
   if (op == "alltoall") {
     const bool pass = c.value("pass_splits", true);
-    const std::vector<int64_t> splits = pass ? s["splits"][me].get<std::vector<int64_t>>()
-                                             : std::vector<int64_t>{};
+    const std::vector<int64_t> splits =
+        pass ? s["splits"][me].get<std::vector<int64_t>>() : std::vector<int64_t>{};
     std::vector<Form> forms = {
         {"async", [=](Tensors t) { return wait_one(alltoall_async(t[0], "", ps, splits)); }}};
-    if (!pass) forms.push_back({"sync", [=](Tensors t) { return Tensors{alltoall(t[0], "", ps)}; }});
+    if (!pass)
+      forms.push_back({"sync", [=](Tensors t) { return Tensors{alltoall(t[0], "", ps)}; }});
     return forms;
   }
   const ReduceOp rop = reduce_ops().at(c["reduce"]);

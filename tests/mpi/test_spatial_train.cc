@@ -140,8 +140,8 @@ class SpatialTrainerTest : public testing::TorchTest {
 torch::Tensor whole_view(const data::DataSet& set, int64_t i, const train::TrainOptions& o,
                          int64_t epoch, bool train) {
   data::SlideReader slide(set.list.samples[static_cast<size_t>(i)].image);
-  const train::SlideView v =
-      train::plan_slide_view(o.seed, epoch, i, slide.height(), slide.width(), o.input.image_size, train);
+  const train::SlideView v = train::plan_slide_view(o.seed, epoch, i, slide.height(), slide.width(),
+                                                    o.input.image_size, train);
   torch::Tensor px = slide.read_region(v.y, v.x, v.size, v.size);
   if (v.flip_rows) px = px.flip(0);
   if (v.flip_cols) px = px.flip(1);

@@ -341,6 +341,33 @@ TEST_F(TrainTest, BadInputIsAClearErrorOnEveryRank) {
 
 // --device: cuda where this process cannot train on a GPU is an error on every rank saying what
 // is missing; auto trains on the CPU then; a device other ranks cannot match is named.
+// --class-weights: the loss is the weighted mean, so equal weights train the very same bits as
+// none (doubling is exact), unequal weights train something else, and a count
+// that is not the data's is an error naming the flag.
+TEST_F(TrainTest, ClassWeightsWeighTheLoss) {
+  train::TrainOptions o = small();
+  o.steps = 2;
+  o.log_every = 1;
+  std::vector<torch::Tensor> plain, doubled, skewed;
+  o.on_step = [&](int64_t, torch::nn::Module& m) { plain = snapshot(m); };
+  const double loss = train::run_training(o).final_loss;
+  o.class_weights = {2, 2, 2};
+  o.on_step = [&](int64_t, torch::nn::Module& m) { doubled = snapshot(m); };
+  EXPECT_EQ(train::run_training(o).final_loss, loss);
+  // Not {1, 0, 0}: a batch without class 0 would divide 0 by 0.
+  o.class_weights = {1, 0.5, 0.25};
+  o.on_step = [&](int64_t, torch::nn::Module& m) { skewed = snapshot(m); };
+  EXPECT_NE(train::run_training(o).final_loss, loss);
+  ASSERT_EQ(plain.size(), doubled.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(plain[i], doubled[i])) << i;
+  EXPECT_GT(max_relative_difference(plain, skewed), 0);
+  o.on_step = nullptr;
+  o.class_weights = {1, 1};
+  expect_training_error(o, "--class-weights gives 2 weights; the data has 3 classes");
+  o.class_weights = {1, -1, 1};
+  expect_training_error(o, "--class-weights must be finite and >= 0");
+}
+
 TEST_F(TrainTest, DeviceCudaWithoutAGpuSaysWhatIsMissingAndAutoFallsBack) {
   train::TrainOptions o = small();
   o.steps = 2;

@@ -11,8 +11,8 @@
 #include "tune/cost_model.h"
 #include "tune/machine.h"
 #include "tune/model_gradients.h"
-#include "tune/simulator.h"
 #include "tune/scaling_plot.h"
+#include "tune/simulator.h"
 #include "tune/timeline_workload.h"
 
 namespace tessera {

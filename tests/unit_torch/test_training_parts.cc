@@ -20,11 +20,11 @@
 #include "data/sampler.h"
 #include "data/synthetic_shapes.h"
 #include "models/registry.h"
-#include "tessera/torch.h"
 #include "runtime/memory_policy.h"
+#include "tessera/torch.h"
 #include "train/checkpoint.h"
-#include "train/metrics.h"
 #include "train/input_options.h"
+#include "train/metrics.h"
 #include "train/pictures.h"
 #include "train/schedule.h"
 
