@@ -341,26 +341,34 @@ TEST_F(TrainTest, BadInputIsAClearErrorOnEveryRank) {
 
 // --device: cuda where this process cannot train on a GPU is an error on every rank saying what
 // is missing; auto trains on the CPU then; a device other ranks cannot match is named.
-// --class-weights: the loss is the weighted mean, so equal weights train the very same bits as
-// none (doubling is exact), unequal weights train something else, and a count
-// that is not the data's is an error naming the flag.
+// --class-weights: the loss is the weighted mean, so equal weights train what none do (doubling
+// is exact; beyond 2 ranks the fused allreduces may sum in another order from run to run, so the
+// comparison allows rounding), unequal weights train something else, and a count that is not
+// the data's is an error naming the flag.
 TEST_F(TrainTest, ClassWeightsWeighTheLoss) {
   train::TrainOptions o = small();
-  o.steps = 2;
+  o.steps = 1;  // later steps would amplify the rounding of a reordered sum
   o.log_every = 1;
   std::vector<torch::Tensor> plain, doubled, skewed;
   o.on_step = [&](int64_t, torch::nn::Module& m) { plain = snapshot(m); };
   const double loss = train::run_training(o).final_loss;
   o.class_weights = {2, 2, 2};
   o.on_step = [&](int64_t, torch::nn::Module& m) { doubled = snapshot(m); };
-  EXPECT_EQ(train::run_training(o).final_loss, loss);
+  EXPECT_NEAR(train::run_training(o).final_loss, loss, 1e-12 * loss);
   // Not {1, 0, 0}: a batch without class 0 would divide 0 by 0.
   o.class_weights = {1, 0.5, 0.25};
   o.on_step = [&](int64_t, torch::nn::Module& m) { skewed = snapshot(m); };
-  EXPECT_NE(train::run_training(o).final_loss, loss);
+  EXPECT_GT(std::abs(train::run_training(o).final_loss - loss), 1e-4 * loss);
   ASSERT_EQ(plain.size(), doubled.size());
-  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(plain[i], doubled[i])) << i;
-  EXPECT_GT(max_relative_difference(plain, skewed), 0);
+  const double same = max_relative_difference(plain, doubled);
+  const double apart = max_relative_difference(plain, skewed);
+  std::printf("[ class weights ] equal: %.3g, unequal: %.3g\n", same, apart);
+  if (size() <= 2) {
+    EXPECT_EQ(same, 0) << "one summation order: the same bits";
+  } else {
+    EXPECT_LT(same, 1e-6) << "equal weights";
+  }
+  EXPECT_GT(apart, 1e-4) << "unequal weights";
   o.on_step = nullptr;
   o.class_weights = {1, 1};
   expect_training_error(o, "--class-weights gives 2 weights; the data has 3 classes");
