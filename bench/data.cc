@@ -14,11 +14,11 @@
 #include "data/sampler.h"
 #include "models/registry.h"
 #include "tessera/torch.h"
-#include "train/autocast.h"
-#include "train/device_feed.h"
-#include "train/memory_layout.h"
-#include "train/mixed_precision.h"
-#include "train/run_device.h"
+#include "train/device/autocast.h"
+#include "train/device/device_feed.h"
+#include "train/device/memory_layout.h"
+#include "train/device/mixed_precision.h"
+#include "train/device/run_device.h"
 
 namespace tessera {
 namespace train {

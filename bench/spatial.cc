@@ -15,7 +15,7 @@
 #include "spatial/spatial_ops.h"
 #include "spatial/spatial_resnet.h"
 #include "tessera/torch.h"
-#include "train/run_device.h"
+#include "train/device/run_device.h"
 
 namespace tessera {
 namespace train {

@@ -19,7 +19,7 @@ struct SpatialBenchOptions {
   int threads = 1;             // intra-op threads per rank
   int warmup = 1;              // steps before timing
   int iters = 3;               // timed steps
-  std::string device = "cpu";  // --device (train/device_choice.h)
+  std::string device = "cpu";  // --device (train/device/device_choice.h)
   std::string json;            // also write the figures here (rank 0)
 };
 

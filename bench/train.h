@@ -20,9 +20,9 @@ struct TrainBenchOptions {
   int64_t num_classes = 0;  // 0: 1000 (classification) or 21 (segmentation)
   std::string compression = "none";
   int groups = 0;
-  std::string device = "cpu";                // --device (train/device_choice.h)
-  std::string precision = "f32";             // f32, f64, bf16 (train/mixed_precision.h)
-  std::string memory_format = "contiguous";  // train/memory_layout.h
+  std::string device = "cpu";                // --device (train/device/device_choice.h)
+  std::string precision = "f32";             // f32, f64, bf16 (train/device/mixed_precision.h)
+  std::string memory_format = "contiguous";  // train/device/memory_layout.h
   bool cudnn_benchmark = false;
   bool engine = true;  // false: plain SGD, no DistributedOptimizer (one rank only)
   std::string json;    // also write the figures here (rank 0)

@@ -51,7 +51,8 @@ def layer_of(root, path):
 
 def main(root):
     files = []
-    for pattern in ("src/*/*.cc", "src/*/*.h", "src/*/*.cu", "python/extension/*.cc",
+    for pattern in ("src/*/*.cc", "src/*/*.h", "src/*/*.cu", "src/*/*/*.cc", "src/*/*/*.h",
+                    "python/extension/*.cc",
                     "apps/tessera/*.cc", "apps/tessera/*.h", "bench/*.cc", "bench/*.h"):
         files += glob.glob(os.path.join(root, pattern))
     bad, used = [], set()

@@ -7,9 +7,9 @@
 #include "spatial/process_grid.h"
 #include "spatial/spatial_resnet.h"
 #include "tessera/torch.h"
-#include "train/input.h"
+#include "train/input/input.h"
 #include "train/metrics.h"
-#include "train/slide_input.h"
+#include "train/input/slide_input.h"
 
 namespace tessera {
 namespace train {

@@ -1,9 +1,9 @@
 // The two ways `tessera train` spreads a step over ranks, behind one interface, so that the
 // training loop (trainer.cc) is one loop:
-//   - data parallelism: each rank trains its own batch of whole images (train/input.h) on the
+//   - data parallelism: each rank trains its own batch of whole images (train/input/input.h) on the
 //     whole model;
 //   - spatial decomposition: each rank holds one tile of every image of its data group's batch
-//     (train/slide_input.h), and the model exchanges halos over the grid (src/spatial).
+//     (train/input/slide_input.h), and the model exchanges halos over the grid (src/spatial).
 // A path owns its input, builds the model for itself, runs forward and evaluates.
 #pragma once
 
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "models/registry.h"
-#include "train/step_input.h"
+#include "train/input/step_input.h"
 #include "train/trainer.h"
 
 namespace tessera {
@@ -45,7 +45,7 @@ class TrainPath {
 };
 
 // The path `o` asks for (--spatial or not), with its input opened. Collective when `dist`.
-// `pinned`: the workers leave batches in pinned memory (a GPU run, train/device_feed.h).
+// `pinned`: the workers leave batches in pinned memory (a GPU run, train/device/device_feed.h).
 std::unique_ptr<TrainPath> make_train_path(const TrainOptions& o, bool dist, bool pinned);
 
 }  // namespace train

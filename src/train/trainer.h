@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tessera/torch.h"
-#include "train/input_options.h"
+#include "train/input/input_options.h"
 #include "train/schedule.h"
 
 namespace tessera {
@@ -19,7 +19,7 @@ namespace train {
 // and the loop's own.
 struct TrainOptions {
   std::string model = "deeplabv3plus_resnet18";
-  InputOptions input;        // --data, --image-size, --batch-size, ... (train/input.h)
+  InputOptions input;        // --data, --image-size, --batch-size, ... (train/input/input.h)
   ScheduleOptions schedule;  // --lr, --warmup-epochs, --lr-schedule, ... (train/schedule.h)
   int64_t epochs = 1;        // used when steps == 0
   int64_t steps = 0;
@@ -50,13 +50,13 @@ struct TrainOptions {
   // val.csv (path,label) and the model a ResNet classifier. Empty: data parallelism only.
   std::string spatial;
   // f32, f64 (exact comparisons), bf16 or f16 (autocast over f32 master weights; f16 with
-  // dynamic loss scaling): train/mixed_precision.h.
+  // dynamic loss scaling): train/device/mixed_precision.h.
   std::string precision = "f32";
   double loss_scale = 65536;  // f16: the dynamic loss scale's start (GradScaler's init_scale)
   // Where each rank trains: cpu, cuda (GPU local_rank % visible), cuda:I,J,... or auto
-  // (train/device_choice.h).
+  // (train/device/device_choice.h).
   std::string device = "cpu";
-  // contiguous or channels-last (train/memory_layout.h); cuDNN timing its convolutions.
+  // contiguous or channels-last (train/device/memory_layout.h); cuDNN timing its convolutions.
   std::string memory_format = "contiguous";
   bool cudnn_benchmark = false;
   int output_stride = 16;

@@ -16,7 +16,7 @@
 #include "data/reshuffle.h"
 #include "mpi/torch_test_util.h"
 #include "mpi/train_test_util.h"
-#include "train/input.h"
+#include "train/input/input.h"
 #include "train/trainer.h"
 
 namespace tessera {

@@ -29,7 +29,7 @@
 #include "spatial/grid.h"
 #include "spatial/spatial_resnet.h"
 #include "train/metrics.h"
-#include "train/slide_input.h"
+#include "train/input/slide_input.h"
 #include "train/trainer.h"
 
 namespace tessera {

@@ -17,7 +17,7 @@
 #include "mpi/torch_test_util.h"
 #include "mpi/train_test_util.h"
 #include "torch/context.h"
-#include "train/device_choice.h"
+#include "train/device/device_choice.h"
 #include "train/trainer.h"
 
 namespace tessera {

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "train/device_choice.h"
+#include "train/device/device_choice.h"
 
 namespace tessera {
 namespace train {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "train/device_feed.h"
+#include "train/device/device_feed.h"
 
 namespace tessera {
 namespace train {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "train/loss_scale.h"
+#include "train/device/loss_scale.h"
 
 namespace tessera {
 namespace train {

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "train/memory_layout.h"
+#include "train/device/memory_layout.h"
 
 namespace tessera {
 namespace train {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "train/mixed_precision.h"
+#include "train/device/mixed_precision.h"
 
 namespace tessera {
 namespace train {

@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "models/resnet.h"
 #include "spatial/spatial_resnet.h"
-#include "train/slide_input.h"
+#include "train/input/slide_input.h"
 
 namespace tessera {
 namespace train {

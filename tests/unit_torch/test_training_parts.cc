@@ -23,7 +23,7 @@
 #include "runtime/memory_policy.h"
 #include "tessera/torch.h"
 #include "train/checkpoint.h"
-#include "train/input_options.h"
+#include "train/input/input_options.h"
 #include "train/metrics.h"
 #include "train/pictures.h"
 #include "train/schedule.h"

@@ -1,4 +1,4 @@
-// The device a run trains on (`--device`, train/device_choice.h), agreed between its ranks.
+// The device a run trains on (`--device`, train/device/device_choice.h), agreed between its ranks.
 #pragma once
 
 #include <torch/torch.h>

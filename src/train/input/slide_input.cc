@@ -1,4 +1,4 @@
-#include "train/slide_input.h"
+#include "train/input/slide_input.h"
 
 #include <atomic>
 #include <filesystem>
@@ -13,7 +13,7 @@
 #include "data/shard_store.h"
 #include "data/slide.h"
 #include "tessera/torch.h"
-#include "train/device_feed.h"
+#include "train/device/device_feed.h"
 #include "train/on_root.h"
 
 namespace tessera {

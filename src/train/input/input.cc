@@ -1,4 +1,4 @@
-#include "train/input.h"
+#include "train/input/input.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include "data/reshuffle.h"
 #include "data/sampler.h"
 #include "tessera/torch.h"
-#include "train/device_feed.h"
+#include "train/device/device_feed.h"
 
 namespace tessera {
 namespace train {

@@ -24,8 +24,8 @@
 #include "data/reshuffle.h"
 #include "data/sample_source.h"
 #include "data/synthetic_shapes.h"
-#include "train/input_options.h"
-#include "train/step_input.h"
+#include "train/input/input_options.h"
+#include "train/input/step_input.h"
 
 namespace tessera {
 namespace train {

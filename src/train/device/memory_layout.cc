@@ -1,4 +1,4 @@
-#include "train/memory_layout.h"
+#include "train/device/memory_layout.h"
 
 #include "common/error.h"
 

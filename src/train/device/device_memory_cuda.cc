@@ -1,7 +1,7 @@
 // peak_device_memory_gib where libtorch has CUDA (built with TORCH_CUDA_LIBRARIES only).
 #include <c10/cuda/CUDACachingAllocator.h>
 
-#include "train/run_device.h"
+#include "train/device/run_device.h"
 
 namespace tessera {
 namespace train {

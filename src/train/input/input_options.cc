@@ -1,4 +1,4 @@
-#include "train/input_options.h"
+#include "train/input/input_options.h"
 
 #include <sstream>
 

@@ -1,5 +1,5 @@
 // --precision: the dtype of the master weights and the dtype autocast computes in, and the loss
-// scaling that f16 needs (train/loss_scale.h).
+// scaling that f16 needs (train/device/loss_scale.h).
 #pragma once
 
 #include <torch/torch.h>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "train/loss_scale.h"
+#include "train/device/loss_scale.h"
 
 namespace tessera {
 namespace train {

@@ -1,4 +1,4 @@
-#include "train/autocast.h"
+#include "train/device/autocast.h"
 
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>

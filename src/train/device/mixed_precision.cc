@@ -1,4 +1,4 @@
-#include "train/mixed_precision.h"
+#include "train/device/mixed_precision.h"
 
 #include "common/error.h"
 

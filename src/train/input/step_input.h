@@ -1,6 +1,6 @@
 // What the training loop asks of its input, whichever it is: batches of images for data
-// parallelism (train/input.h) or each rank's tiles of whole slides for spatial decomposition
-// (train/slide_input.h).
+// parallelism (train/input/input.h) or each rank's tiles of whole slides for spatial decomposition
+// (train/input/slide_input.h).
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,8 @@
-#include "train/run_device.h"
+#include "train/device/run_device.h"
 
 #include "common/error.h"
 #include "tessera/torch.h"
-#include "train/device_choice.h"
+#include "train/device/device_choice.h"
 
 namespace tessera {
 namespace train {

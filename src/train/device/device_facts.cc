@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include "tessera/torch.h"
-#include "train/device_choice.h"
+#include "train/device/device_choice.h"
 
 namespace tessera {
 namespace train {

@@ -20,8 +20,8 @@
 #include "data/dataset.h"
 #include "data/prefetcher.h"
 #include "spatial/grid.h"
-#include "train/input_options.h"
-#include "train/step_input.h"
+#include "train/input/input_options.h"
+#include "train/input/step_input.h"
 
 namespace tessera {
 namespace train {

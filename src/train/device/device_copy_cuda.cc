@@ -4,7 +4,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "train/device_feed.h"
+#include "train/device/device_feed.h"
 
 namespace tessera {
 namespace train {

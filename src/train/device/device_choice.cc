@@ -1,4 +1,4 @@
-#include "train/device_choice.h"
+#include "train/device/device_choice.h"
 
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "train/device_feed.h"
+#include "train/device/device_feed.h"
 
 #include <utility>
 

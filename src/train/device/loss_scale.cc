@@ -1,4 +1,4 @@
-#include "train/loss_scale.h"
+#include "train/device/loss_scale.h"
 
 #include "common/error.h"
 

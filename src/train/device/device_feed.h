@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "data/synthetic_shapes.h"
-#include "train/step_input.h"
+#include "train/input/step_input.h"
 
 namespace tessera {
 namespace train {
