@@ -42,9 +42,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1 OMPI_MCA_mtl=^ofi TESSERA_TIMEOUT=60
 MPIRUN="$DEPS/usr/bin/mpirun.openmpi --oversubscribe --bind-to none"
 # NCCL from PyTorch's wheel (libnccl.so.2 without the libnccl.so link; cmake/cuda.cmake asks
-# for it by name under NCCL_HOME).
-NCCL_HOME=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' \
-            2> /dev/null || true)
+# for it by name under NCCL_HOME). The wheel is a namespace package: scripts/find_nccl.py reads
+# its __path__ (its __file__ is None, which once left NCCL off without a word).
+NCCL_HOME=$(python3 "$SRC/scripts/find_nccl.py" 2> "$LOG/nccl_lookup.txt" || true)
 export NCCL_HOME
 [ -n "$NCCL_HOME" ] && export LD_LIBRARY_PATH=$NCCL_HOME/lib:$LD_LIBRARY_PATH
 if command -v nvidia-smi > /dev/null; then
@@ -53,6 +53,7 @@ else
   echo "no nvidia-smi here" > "$LOG/gpu.txt"
 fi
 row "GPU" "" "$(head -1 "$LOG/gpu.txt")"
+row "NCCL (the wheel's)" "" "${NCCL_HOME:-not found: $(head -c 200 "$LOG/nccl_lookup.txt")}"
 
 # 2. Configure (against PyTorch's libtorch and Python where that works, else with less) and
 # build what the GPU checks run.
