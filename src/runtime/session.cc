@@ -17,6 +17,23 @@
 
 namespace tessera {
 namespace runtime {
+namespace {
+
+Place place_of(const comm::Communicator& w) {
+  Place p;
+  p.rank = w.rank();
+  p.size = w.size();
+  p.local_rank = w.local_rank();
+  p.local_size = w.local_size();
+  if (const comm::Communicator* cross = w.cross()) {
+    p.cross_rank = cross->rank();
+    p.cross_size = cross->size();
+  }
+  p.uniform_nodes = w.uniform_nodes();
+  return p;
+}
+
+}  // namespace
 
 std::vector<SettingInfo> declared_settings() {
   // In the order of docs/knobs.md's table.
@@ -57,6 +74,7 @@ struct Session::State {
   // Declared in the order they are made: destroyed in reverse (the tuner uses the engine, the
   // engine the world).
   std::unique_ptr<comm::Communicator> world;
+  Place place;  // of `world`, which does not move
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<tune::StepTuner> tuner;
 };
@@ -71,6 +89,7 @@ Session::Session(const SessionOptions& options) : s_(std::make_unique<State>()) 
     if (options.raise_on_peer_loss) set_error_window(kHeartbeatTimeout.get(s_->settings));
     s_->memory_policy = apply_malloc_policy(parse_malloc_policy(kMallocPolicy.get(s_->settings)));
     s_->world = comm::Communicator::world();
+    s_->place = place_of(*s_->world);
     if (options.engine) {
       s_->engine = std::make_unique<engine::Engine>(*s_->world, engine::options_from(s_->settings));
       if (tune::autotune_requested(s_->settings)) {
@@ -117,20 +136,7 @@ engine::Engine& Session::engine() const {
   return *s_->engine;
 }
 
-Place Session::place() const {
-  const comm::Communicator& w = world();
-  Place p;
-  p.rank = w.rank();
-  p.size = w.size();
-  p.local_rank = w.local_rank();
-  p.local_size = w.local_size();
-  if (const comm::Communicator* cross = w.cross()) {
-    p.cross_rank = cross->rank();
-    p.cross_size = cross->size();
-  }
-  p.uniform_nodes = w.uniform_nodes();
-  return p;
-}
+const Place& Session::place() const { return s_->place; }
 
 double timeout_s(const SettingValues& values) { return comm::kTimeout.get(values); }
 

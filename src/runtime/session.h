@@ -84,7 +84,7 @@ class Session {
   // The values every rank agreed on.
   const SettingValues& settings() const;
   comm::Communicator& world() const;
-  Place place() const;
+  const Place& place() const;
   // InvalidArgument when the session was opened without one (options.engine false).
   engine::Engine& engine() const;
   // One training step is done (collective: every rank after each optimizer step): the tuner,

@@ -130,7 +130,7 @@ bool is_initialized() {
 }
 
 namespace {
-runtime::Place place() { return detail::context().session->place(); }
+const runtime::Place& place() { return detail::context().session->place(); }
 }  // namespace
 
 int rank() { return place().rank; }

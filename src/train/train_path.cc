@@ -8,8 +8,8 @@
 #include "spatial/spatial_resnet.h"
 #include "tessera/torch.h"
 #include "train/input/input.h"
-#include "train/metrics.h"
 #include "train/input/slide_input.h"
+#include "train/metrics.h"
 
 namespace tessera {
 namespace train {

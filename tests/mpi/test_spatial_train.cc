@@ -28,8 +28,8 @@
 #include "mpi/train_test_util.h"
 #include "spatial/grid.h"
 #include "spatial/spatial_resnet.h"
-#include "train/metrics.h"
 #include "train/input/slide_input.h"
+#include "train/metrics.h"
 #include "train/trainer.h"
 
 namespace tessera {

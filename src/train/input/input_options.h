@@ -10,7 +10,8 @@ namespace tessera {
 namespace train {
 
 // The input of a run as the user gives it (--data, --format, --image-size, --batch-size, ...);
-// the spatial path's slides (train/input/slide_input.h) take the same options and read those they use.
+// the spatial path's slides (train/input/slide_input.h) take the same options and read those they
+// use.
 struct InputOptions {
   std::string data = "synthetic";  // "synthetic" or a folder
   std::string format = "voc";      // for a folder: folder, csv, voc, cityscapes
