@@ -8,10 +8,9 @@
 #      with the same settings, f32 and bf16 channels-last, ResNet-50 and DeepLab-v3+; the
 #      engine's overhead at one rank; torch.compile's figure; a simulator machine from what
 #      this GPU measured.
-# Each step runs only in the time left of the run's budget (GPU_CHECK_BUDGET seconds after T0).
-DEV=${GPU_CHECK_TRAIN_DEVICE:-cuda}
+# Each step runs only in the time left of the run's budget (scripts/gpu_check_lib.sh: step, cap).
+DEV=${GPU_CHECK_TRAIN_DEVICE:-${DEV/fake/cpu}}  # the fake device is no training device
 TESSERA=$BUILD/apps/tessera/tessera
-left() { echo $(( ${GPU_CHECK_BUDGET:-520} - ($(date +%s) - T0) )); }
 figures() {  # each rank prints them: once each
   grep -h "^\[ equivalence \]\|^\[ resume \]\|^\[ channels-last \]\|^\[ spatial" "$@" |
     awk '!seen[$0]++' | sed 's/^/    /' | tee -a "$SUMMARY"
@@ -19,12 +18,14 @@ figures() {  # each rank prints them: once each
 # A run that must fail with `fragment` in its output: name, fragment, log, command...
 expect_error_row() {
   local name=$1 fragment=$2 log=$3; shift 3
-  if timeout 120 "$@" > "$log" 2>&1; then
-    row "$name" "FAIL" "it succeeded: $log"
+  if step 120 "$log" "$@"; then
+    row "$name" "FAIL" "it succeeded: $(basename "$log")"
+    failed "$log"
   elif grep -qF -- "$fragment" "$log"; then
     row "$name" "pass" "$(grep -m1 -F -- "$fragment" "$log" | cut -c1-160)"
   else
-    row "$name" "FAIL" "no '$fragment' in $log"
+    row "$name" "FAIL" "no '$fragment' in $(basename "$log")"
+    failed "$log"
   fi
 }
 
@@ -65,25 +66,24 @@ bench_pair() {  # model batch image precision
   local tag=$1_$4 out
   [ "$(left)" -gt 45 ] || { row "bench $1 $4" "skip" "no time left"; return; }
   out=$LOG/bench_${tag}
-  if timeout "$(left)" "$TESSERA" bench train --device "$DEV" --model "$1" --batch-size "$2" \
-       --image-size "$3" --precision "$4" "${BENCH[@]}" --json "$out.tessera.json" \
-       > "$out.tessera.log" 2>&1 &&
-     timeout "$(left)" "$PY" "$SRC/bench/torch_reference.py" --device "$DEV" --model "$1" \
-       --batch-size "$2" --image-size "$3" --precision "$4" "${BENCH[@]}" \
-       --json "$out.eager.json" > "$out.eager.log" 2>&1; then
+  if step 300 "$out.tessera.log" "$TESSERA" bench train --device "$DEV" --model "$1" \
+       --batch-size "$2" --image-size "$3" --precision "$4" "${BENCH[@]}" --json "$out.tessera.json" &&
+     step 300 "$out.eager.log" "$PY" "$SRC/bench/torch_reference.py" --device "$DEV" --model "$1" \
+       --batch-size "$2" --image-size "$3" --precision "$4" "${BENCH[@]}" --json "$out.eager.json"; then
     row "bench $1 b$2 $3² $4 CL: tessera/eager" "ok" "$(ratio "$out.tessera.json" "$out.eager.json")"
     grep -h "^Parameters" "$out.tessera.log" "$out.eager.log" | tr '\n' ' ' | sed 's/^/    /' | tee -a "$SUMMARY"
     echo | tee -a "$SUMMARY"
   else
-    row "bench $1 b$2 $3² $4" "FAIL" "$out.*.log"
+    row "bench $1 b$2 $3² $4" "FAIL" "$(basename "$out").*.log"
+    failed "$out".*.log
   fi
 }
 for b in "${BENCHES[@]}"; do
   for p in f32 bf16; do bench_pair $b $p; done
 done
-if [ "$(left)" -gt 40 ] && timeout "$(left)" "$TESSERA" bench train --device "$DEV" --no-engine \
-     --model resnet50 --batch-size "${R50[1]}" --image-size "${R50[2]}" --precision bf16 "${BENCH[@]}" \
-     --json "$LOG/bench_resnet50_bf16_noengine.json" > "$LOG/bench_noengine.log" 2>&1; then
+if [ "$(left)" -gt 40 ] && step 300 "$LOG/bench_noengine.log" "$TESSERA" bench train --device "$DEV" \
+     --no-engine --model resnet50 --batch-size "${R50[1]}" --image-size "${R50[2]}" --precision bf16 \
+     "${BENCH[@]}" --json "$LOG/bench_resnet50_bf16_noengine.json"; then
   row "engine overhead, 1 rank (on / off)" "ok" \
     "$(ratio "$LOG/bench_resnet50_bf16.tessera.json" "$LOG/bench_resnet50_bf16_noengine.json")"
 fi
@@ -93,13 +93,12 @@ fi
 # test machine's has not: TESSERA_IMAGE_CODECS=OFF).
 CORES=$(getconf _NPROCESSORS_ONLN)  # not nproc: it follows OMP_NUM_THREADS
 if grep -q "TESSERA_IMAGE_CODECS:BOOL=ON" "$BUILD/CMakeCache.txt" && [ "$(left)" -gt 90 ]; then
-  DS=$LOG/classes224
-  "$TESSERA" make-dataset classes --out "$DS" --size 1200 --image-size 256 > "$LOG/make_dataset.log" 2>&1
+  DS=$LOG.data/classes224  # beside the logs, not in their archive
+  step 120 "$LOG/make_dataset.log" "$TESSERA" make-dataset classes --out "$DS" --size 1200 --image-size 256
   for keep in "" --keep-decoded; do
-    timeout "$(left)" "$TESSERA" bench data --data "$DS" --format folder --device "$DEV" \
-      --reference-model resnet50 --batch-size "${R50[1]}" --image-size "${R50[2]}" \
-      --precision bf16 --memory-format channels-last --workers "$CORES" --repeats 2 $keep \
-      > "$LOG/bench_data$keep.log" 2>&1 &&
+    step 300 "$LOG/bench_data$keep.log" "$TESSERA" bench data --data "$DS" --format folder \
+      --device "$DEV" --reference-model resnet50 --batch-size "${R50[1]}" --image-size "${R50[2]}" \
+      --precision bf16 --memory-format channels-last --workers "$CORES" --repeats 2 $keep &&
       row "bench data $CORES workers ${keep:-(files)}: x step" "ok" \
         "$(awk '$1 == '"$CORES"' {print $2 " samples/s, " $3 "x the step"}' "$LOG/bench_data$keep.log")"
   done
@@ -125,9 +124,9 @@ if [ -n "$copy" ] && [ -n "$h2d" ] && [ -f "$LOG/bench_deeplabv3plus_resnet50_bf
     set -- $m
     ips=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["per_rank_mean"])' \
             "$LOG/bench_$4.tessera.json")
-    "$TESSERA" simulate --machine "$LOG/machine.json" --model "$1" --batch-size "$2" \
-      --img-per-s "$ips" --gpus "$3" > "$LOG/simulate_$1.txt" 2>&1 &&
-      row "simulated $1 at $3 GPUs" "ok" "$LOG/simulate_$1.txt" &&
+    step 60 "$LOG/simulate_$1.txt" "$TESSERA" simulate --machine "$LOG/machine.json" --model "$1" \
+      --batch-size "$2" --img-per-s "$ips" --gpus "$3" &&
+      row "simulated $1 at $3 GPUs" "ok" "simulate_$1.txt" &&
       awk '/^ +gpus/ {on = 1} on && /^#/ {exit} on' "$LOG/simulate_$1.txt" | sed 's/^/    /' |
         tee -a "$SUMMARY"
   done
@@ -138,13 +137,14 @@ fi
 S=${GPU_CHECK_SPATIAL_SIZE:-4096}
 SP=(--model resnet50 --image-size "$S" --batch-size 1 --warmup 1 --iters 2 --device "$DEV")
 if [ "$(left)" -gt 120 ] &&
-   timeout "$(left)" "$TESSERA" bench spatial --spatial 1x1 "${SP[@]}" \
-     --json "$LOG/spatial_1x1.json" > "$LOG/spatial_1x1.log" 2>&1 &&
-   timeout "$(left)" $MPIRUN -np 4 "$TESSERA" bench spatial --spatial 2x2 "${SP[@]}" \
-     --json "$LOG/spatial_2x2.json" > "$LOG/spatial_2x2.log" 2>&1; then
+   step 300 "$LOG/spatial_1x1.log" "$TESSERA" bench spatial --spatial 1x1 "${SP[@]}" \
+     --json "$LOG/spatial_1x1.json" &&
+   step 300 "$LOG/spatial_2x2.log" $MPIRUN -np 4 "$TESSERA" bench spatial --spatial 2x2 "${SP[@]}" \
+     --json "$LOG/spatial_2x2.json"; then
   row "spatial 2x2 / 1x1 peak device memory, $S²" "ok" "$("$PY" -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:3]); k="peak_device_gib"; print("%.2f / %.2f GiB = %.3f (target <= 0.3); step %.3f / %.3f s" % (b[k], a[k], b[k] / max(a[k], 1e-9), b["step_s"], a["step_s"]))' "$LOG/spatial_1x1.json" "$LOG/spatial_2x2.json")"
 else
-  row "spatial 2x2 / 1x1 peak device memory" "skip/FAIL" "$LOG/spatial_*.log ($(left) s left)"
+  row "spatial 2x2 / 1x1 peak device memory" "skip/FAIL" "spatial_*.log ($(left) s left)"
+  failed "$LOG"/spatial_*.log
 fi
 
 # torch.compile's figures last: compiling takes a minute or more per model.
@@ -154,11 +154,12 @@ for m in "${BENCHES[@]}"; do
   [ "$has_compile" = True ] || { row "torch.compile $1 bf16" "skip" "this torch has none"; continue; }
   [ "$(left)" -gt 150 ] || { row "torch.compile $1 bf16" "skip" "no time left"; continue; }
   out=$LOG/bench_$1_bf16
-  if timeout "$(left)" "$PY" "$SRC/bench/torch_reference.py" --device "$DEV" --model "$1" \
-       --batch-size "$2" --image-size "$3" --precision bf16 --compile "${BENCH[@]}" \
-       --json "$out.compile.json" > "$out.compile.log" 2>&1; then
+  if step 300 "$out.compile.log" "$PY" "$SRC/bench/torch_reference.py" --device "$DEV" \
+       --model "$1" --batch-size "$2" --image-size "$3" --precision bf16 --compile "${BENCH[@]}" \
+       --json "$out.compile.json"; then
     row "torch.compile $1 bf16: tessera/compiled" "ok" "$(ratio "$out.tessera.json" "$out.compile.json")"
   else
-    row "torch.compile $1 bf16" "FAIL" "$out.compile.log"
+    row "torch.compile $1 bf16" "FAIL" "$(basename "$out").compile.log"
+    failed "$out.compile.log"
   fi
 done
