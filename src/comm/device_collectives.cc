@@ -46,9 +46,12 @@ void download(DeviceContext& ctx, gpu::Stream& stream, char* host, const void* d
   stream.record()->synchronize(timeout_deadline(ctx.comm()), what);
 }
 
-// Staging -> device on the upload stream; the caller's stream waits for it.
+// Staging -> device on the upload stream; the caller's stream waits for it. The upload stream
+// first waits for the caller's work so far (no host wait): a write into `dev` still pending
+// there (model.cuda() before a broadcast) must not land after, and overwrite, the result.
 void upload(DeviceContext& ctx, gpu::Stream& stream, void* dev, const char* host, size_t bytes) {
   gpu::Stream& up = ctx.upload_stream();
+  up.wait(stream.record());
   up.copy(dev, host, bytes);
   ctx.last_upload = up.record();
   stream.wait(ctx.last_upload);

@@ -226,6 +226,37 @@ TEST_P(DeviceCollectivesTest, AllgathervBroadcastReduceScatterAlltoallEqualTheHo
   }
 }
 
+// The caller's stream still has a write into the buffer pending when broadcast is called (as
+// after model.cuda(): each rank's initial weights, the root's among them): the broadcast must
+// land after it, on every backend. On the fake device the callers' streams lag behind the
+// others, the non-roots' far more than the root's (whose copy down to the host the non-roots
+// wait for in the host broadcast): a copy back on the context's upload stream that does not
+// wait for the caller's stream is then overwritten by the pending write (issue 33: the staged
+// broadcast's non-root ranks did exactly that).
+TEST_P(DeviceCollectivesTest, BroadcastLandsAfterTheCallersPendingWrite) {
+  const int root = 0;
+  if (kind_ == "fake") {
+    gpu::FakeDeviceOptions lagging{0, 100, uint64_t(world_->rank()) + 11};
+    lagging.slow_stream = 0;  // made first, below: the caller's stream
+    lagging.slow_delay_us = world_->rank() == root ? 2000 : 100000;
+    ctx_.reset();
+    stream_.reset();
+    device_ = std::make_unique<gpu::FakeDevice>(lagging);
+    stream_ = device_->new_stream();
+    ctx_ = std::make_unique<DeviceContext>(*world_, *device_);
+  }
+  const DataType dt = DataType::kFloat32;
+  const size_t count = 3000;
+  const Buf init = input(dt, count, 20);  // differs by rank
+  Buf want = init;
+  broadcast(*world_, want.data(), count, dt, root);
+  auto staged_init = upload(init);  // synchronised: ready
+  auto weights = device_->allocate(count * 4);
+  stream_->copy(weights.get(), staged_init.get(), count * 4);  // still pending at the call
+  device_broadcast(*ctx_, *stream_, weights.get(), count, dt, root, options_);
+  EXPECT_EQ(download(weights, count * 4), first(want, count * 4));
+}
+
 // Ranks whose alltoallv counts disagree fail on every rank alike, naming the pair (IPC checks
 // every rank's counts, since a rank that threw alone would leave the others waiting).
 TEST_P(DeviceCollectivesTest, IpcAlltoallvWithDisagreeingCountsFailsOnEveryRank) {
