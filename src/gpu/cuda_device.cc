@@ -15,13 +15,21 @@ namespace tessera {
 namespace gpu {
 namespace {
 
-// Makes `index` current on this thread (the runtime API's device is per thread).
-void use_device(int index) { TESSERA_CUDA_CHECK(cudaSetDevice(index)); }
+// DeviceScope for deleters, which must not throw: errors are ignored (at exit the driver may be
+// gone already).
+template <class F>
+void quietly_on(int index, F f) {
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  if (previous != index) cudaSetDevice(index);
+  f();
+  if (previous >= 0 && previous != index) cudaSetDevice(previous);
+}
 
 class CudaEvent : public Event {
  public:
   CudaEvent(int device, cudaStream_t stream) : device_(device) {
-    use_device(device);
+    const DeviceScope on(device);
     TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
     TESSERA_CUDA_CHECK(cudaEventRecord(event_, stream));
   }
@@ -56,7 +64,7 @@ class CudaEvent : public Event {
 class CudaStream : public Stream {
  public:
   explicit CudaStream(int device) : device_(device) {
-    use_device(device);
+    const DeviceScope on(device);
     TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   // Someone else's stream (Device::wrap_stream): used, never destroyed.
@@ -69,12 +77,12 @@ class CudaStream : public Stream {
 
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
-    use_device(device_);
+    const DeviceScope on(device_);
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
   }
   void batched_copy(const std::vector<CopyItem>& items, DataType dtype, double factor) override {
     check_copy_factor(dtype, factor);
-    use_device(device_);
+    const DeviceScope on(device_);
     for (size_t i = 0; i < items.size(); i += kBatchedCopyItems) {
       const size_t n = std::min(kBatchedCopyItems, items.size() - i);
       launch_batched_copy(items.data() + i, n, dtype, factor, stream_);
@@ -83,7 +91,7 @@ class CudaStream : public Stream {
   void reduce(DataType dtype, ReduceOp op, const void* in, void* inout, size_t count) override {
     TESSERA_CHECK(op != ReduceOp::kAverage,
                   "a device reduction takes sum, min, max, prod, band or bor, not average");
-    use_device(device_);
+    const DeviceScope on(device_);
     launch_reduce(dtype, op, in, inout, count, stream_);
   }
   // More inputs than one launch takes: the groups accumulate in a scratch buffer (not in `out`,
@@ -94,7 +102,7 @@ class CudaStream : public Stream {
                   "a device reduction takes sum, min, max, prod, band or bor, not average");
     TESSERA_CHECK(!inputs.empty(), "reduce_many needs at least one input");
     check_copy_factor(dtype, factor);
-    use_device(device_);
+    const DeviceScope on(device_);
     const size_t n = inputs.size(), k = static_cast<size_t>(kMaxReduceInputs);
     if (n <= k) {
       return launch_reduce_many(dtype, op, inputs.data(), static_cast<int>(n), out, count, factor,
@@ -117,7 +125,7 @@ class CudaStream : public Stream {
   void wait(const std::shared_ptr<Event>& event) override {
     auto* cuda = dynamic_cast<CudaEvent*>(event.get());
     TESSERA_CHECK(cuda != nullptr, "a CUDA stream can only wait on a CUDA event");
-    use_device(device_);
+    const DeviceScope on(device_);
     TESSERA_CUDA_CHECK(cudaStreamWaitEvent(stream_, cuda->get(), 0));
   }
   void* native_handle() override { return stream_; }
@@ -130,7 +138,7 @@ class CudaStream : public Stream {
 
 class CudaDevice : public Device {
  public:
-  explicit CudaDevice(int index) : index_(index) { use_device(index); }
+  explicit CudaDevice(int index) : index_(index) { const DeviceScope on(index); }
   DeviceType type() const override { return DeviceType::kCuda; }
   int index() const override { return index_; }
   std::string name() const override { return detail::concat("cuda:", index_); }
@@ -144,14 +152,11 @@ class CudaDevice : public Device {
     return std::make_unique<CudaStream>(index_, static_cast<cudaStream_t>(native));
   }
   std::shared_ptr<void> allocate(size_t bytes) override {
-    use_device(index_);
+    const DeviceScope on(index_);
     void* p = nullptr;
     TESSERA_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 256 : bytes));
     const int index = index_;
-    return std::shared_ptr<void>(p, [index](void* q) {
-      cudaSetDevice(index);
-      cudaFree(q);
-    });
+    return std::shared_ptr<void>(p, [index](void* q) { quietly_on(index, [q] { cudaFree(q); }); });
   }
   std::shared_ptr<void> allocate_host(size_t bytes) override {
     void* p = nullptr;
@@ -176,14 +181,12 @@ class CudaDevice : public Device {
     TESSERA_CHECK_EQ(handle.size(), kSharedHandleBytes, "a shared memory handle's size");
     cudaIpcMemHandle_t h;
     std::memcpy(&h, handle.data(), sizeof(h));
-    use_device(index_);
+    const DeviceScope on(index_);
     void* p = nullptr;
     TESSERA_CUDA_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
     const int index = index_;
-    return std::shared_ptr<void>(p, [index](void* q) {
-      cudaSetDevice(index);
-      cudaIpcCloseMemHandle(q);
-    });
+    return std::shared_ptr<void>(
+        p, [index](void* q) { quietly_on(index, [q] { cudaIpcCloseMemHandle(q); }); });
   }
 
  private:

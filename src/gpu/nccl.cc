@@ -1,5 +1,7 @@
 // NcclComm over NCCL's C API. Every call checks its result; an asynchronous error found while
-// waiting for initialisation aborts the communicator.
+// waiting for initialisation aborts the communicator. The communicator is nonblocking, so a
+// collective may answer ncclInProgress before its kernel is on the stream: each one waits
+// (gpu/nonblocking.h) until NCCL has enqueued it, or the communicator's timeout.
 #include "gpu/nccl.h"
 
 #include <cuda_runtime.h>
@@ -9,6 +11,8 @@
 #include <thread>
 
 #include "common/error.h"
+#include "gpu/cuda_check.h"
+#include "gpu/nonblocking.h"
 
 namespace tessera {
 namespace gpu {
@@ -84,6 +88,26 @@ struct NcclComm::Impl {
   ncclComm_t comm = nullptr;
   int size = 0;
   int device = 0;
+  std::chrono::steady_clock::duration timeout{};  // the communicator's, from the constructor
+
+  // After a call on the nonblocking communicator: its work is on the stream when this returns.
+  void enqueued(ncclResult_t r, const char* what) {
+    if (r != ncclSuccess && r != ncclInProgress) {
+      throw DeviceError(detail::concat(what, " failed: ", ncclGetErrorString(r), " (",
+                                       ncclGetLastError(comm), ")"));
+    }
+    auto poll = [this](std::string& error) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+      if (q != ncclSuccess) state = q;
+      if (state == ncclInProgress) return CallState::kInProgress;
+      if (state == ncclSuccess) return CallState::kDone;
+      error = detail::concat(ncclGetErrorString(state), " (", ncclGetLastError(comm), ")");
+      return CallState::kFailed;
+    };
+    wait_until_enqueued(r == ncclInProgress ? CallState::kInProgress : CallState::kDone, poll,
+                        Clock::now() + timeout, what);
+  }
 };
 
 std::vector<char> NcclComm::unique_id() {
@@ -102,7 +126,8 @@ NcclComm::NcclComm(const std::vector<char>& id, int size, int rank, Device& devi
   std::memcpy(uid.internal, id.data(), id.size());
   impl_->size = size;
   impl_->device = device.index();
-  if (cudaSetDevice(device.index()) != cudaSuccess) throw DeviceError("cudaSetDevice failed");
+  impl_->timeout = deadline - std::chrono::steady_clock::now();
+  const DeviceScope on(device.index());
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // polled below, so a missing rank cannot hang us
   TESSERA_NCCL_CHECK(ncclCommInitRankConfig(&impl_->comm, size, uid, rank, &config));
@@ -130,19 +155,25 @@ NcclComm::~NcclComm() {
 
 void NcclComm::allreduce(Stream& stream, const void* send, void* recv, size_t count, DataType dtype,
                          ReduceOp op) {
-  TESSERA_NCCL_CHECK(
-      ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), impl_->comm, native(stream)));
+  const DeviceScope on(impl_->device);
+  impl_->enqueued(
+      ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), impl_->comm, native(stream)),
+      "ncclAllReduce");
 }
 
 void NcclComm::broadcast(Stream& stream, void* buf, size_t count, DataType dtype, int root) {
-  TESSERA_NCCL_CHECK(
-      ncclBroadcast(buf, buf, count, nccl_type(dtype), root, impl_->comm, native(stream)));
+  const DeviceScope on(impl_->device);
+  impl_->enqueued(
+      ncclBroadcast(buf, buf, count, nccl_type(dtype), root, impl_->comm, native(stream)),
+      "ncclBroadcast");
 }
 
 void NcclComm::reduce_scatter(Stream& stream, const void* send, void* recv, size_t block,
                               DataType dtype, ReduceOp op) {
-  TESSERA_NCCL_CHECK(ncclReduceScatter(send, recv, block, nccl_type(dtype), nccl_op(op),
-                                       impl_->comm, native(stream)));
+  const DeviceScope on(impl_->device);
+  impl_->enqueued(ncclReduceScatter(send, recv, block, nccl_type(dtype), nccl_op(op), impl_->comm,
+                                    native(stream)),
+                  "ncclReduceScatter");
 }
 
 void NcclComm::allgatherv(Stream& stream, const void* send, void* recv,
@@ -151,6 +182,7 @@ void NcclComm::allgatherv(Stream& stream, const void* send, void* recv,
   const ncclDataType_t t = nccl_type(dtype);
   int rank = 0;
   TESSERA_NCCL_CHECK(ncclCommUserRank(impl_->comm, &rank));
+  const DeviceScope on(impl_->device);
   TESSERA_NCCL_CHECK(ncclGroupStart());
   size_t off = 0;
   for (int r = 0; r < impl_->size; ++r) {
@@ -160,13 +192,14 @@ void NcclComm::allgatherv(Stream& stream, const void* send, void* recv,
                                 t, r, impl_->comm, native(stream)));
     off += counts[static_cast<size_t>(r)];
   }
-  TESSERA_NCCL_CHECK(ncclGroupEnd());
+  impl_->enqueued(ncclGroupEnd(), "an NCCL group of sends and receives");
 }
 
 void NcclComm::alltoallv(Stream& stream, const void* send, const std::vector<size_t>& send_counts,
                          void* recv, const std::vector<size_t>& recv_counts, DataType dtype) {
   const size_t es = dtype_size(dtype);
   const ncclDataType_t t = nccl_type(dtype);
+  const DeviceScope on(impl_->device);
   TESSERA_NCCL_CHECK(ncclGroupStart());
   size_t soff = 0, roff = 0;
   for (int r = 0; r < impl_->size; ++r) {
@@ -178,7 +211,7 @@ void NcclComm::alltoallv(Stream& stream, const void* send, const std::vector<siz
     soff += send_counts[i];
     roff += recv_counts[i];
   }
-  TESSERA_NCCL_CHECK(ncclGroupEnd());
+  impl_->enqueued(ncclGroupEnd(), "an NCCL group of sends and receives");
 }
 
 }  // namespace gpu
