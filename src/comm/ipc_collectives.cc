@@ -1,11 +1,13 @@
 // The device IPC backend's collectives (the steps are in ipc_collectives.h).
 #include "comm/ipc_collectives.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "comm/collectives.h"
 #include "comm/topology.h"
 #include "common/error.h"
+#include "gpu/vector_plan.h"
 
 namespace tessera {
 namespace comm {
@@ -13,6 +15,11 @@ namespace {
 
 size_t prefix(const std::vector<size_t>& counts, size_t end) {
   return std::accumulate(counts.begin(), counts.begin() + static_cast<long>(end), size_t{0});
+}
+
+// Rank r's chunk of `count` elements: boundaries on 16 bytes (the kernels' vector width).
+Range ipc_chunk(size_t count, size_t es, int n, int r) {
+  return aligned_chunk_range(count, n, r, std::max<size_t>(1, gpu::kVectorBytes / es));
 }
 
 // Chunk c of every rank's buffer, in rank order.
@@ -41,7 +48,7 @@ void ipc_allreduce(PeerBuffers& peers, gpu::Stream& stream, const void* send, vo
   const std::vector<char*>& buf = peers.buffers(count * es);
   stream.copy(peers.mine(), send, count * es);
   peers.step(stream, "an IPC allreduce's copy in");
-  const Range mine = chunk_range(count, n, peers.comm().rank());
+  const Range mine = ipc_chunk(count, es, n, peers.comm().rank());
   char* my_chunk = peers.mine() + mine.begin * es;
   if (mine.size() > 0) {
     stream.reduce_many(dtype, op, chunk_of_each(buf, mine.begin * es), my_chunk, mine.size(),
@@ -57,7 +64,7 @@ void ipc_allreduce(PeerBuffers& peers, gpu::Stream& stream, const void* send, vo
                              : "an IPC allreduce's reduction");
   std::vector<gpu::CopyItem> items;
   for (int r = 0; r < n; ++r) {
-    const Range c = chunk_range(count, n, r);
+    const Range c = ipc_chunk(count, es, n, r);
     items.push_back({buf[static_cast<size_t>(r)] + c.begin * es,
                      static_cast<char*>(recv) + c.begin * es, c.size() * es});
   }

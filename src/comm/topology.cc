@@ -19,6 +19,14 @@ Range chunk_range(size_t count, int parts, int index) {
   return r;
 }
 
+Range aligned_chunk_range(size_t count, int parts, int index, size_t unit) {
+  TESSERA_ASSERT(unit > 0);
+  const Range units = chunk_range(count / unit, parts, index);
+  Range r{units.begin * unit, units.end * unit};
+  if (index == parts - 1) r.end = count;
+  return r;
+}
+
 namespace {
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 }  // namespace

@@ -17,6 +17,11 @@ struct Range {
   size_t size() const { return end - begin; }
 };
 Range chunk_range(size_t count, int parts, int index);
+// chunk_range in whole units of `unit` elements: every part begins at a multiple of `unit`, and
+// the last part also takes the count % unit elements left over. The device IPC backend cuts
+// with unit = 16 bytes of elements, so that every rank's chunk of a 16-byte-aligned buffer
+// starts on a 16-byte boundary and its kernels load whole vectors (gpu/vector_plan.h).
+Range aligned_chunk_range(size_t count, int parts, int index, size_t unit);
 
 // Ring: rank r sends to (r + 1) % n and receives from (r + n - 1) % n.
 inline int ring_next(int n, int r) { return (r + 1) % n; }

@@ -8,7 +8,9 @@
 
 #include "comm/collectives.h"
 #include "common/error.h"
+#include "engine/fusion.h"
 #include "engine/process_set.h"
+#include "gpu/vector_plan.h"
 
 namespace tessera {
 namespace engine {
@@ -109,17 +111,18 @@ void Engine::Impl::run_device_allreduce(const std::vector<Pending*>& items) {
     if (f != 1.0) s.batched_copy({{r.output, r.output, bytes}}, dt, f);  // element-wise: safe
     return trace_batch(items, "ALLREDUCE", t, bytes);
   }
-  size_t total = 0;
-  for (Pending* p : items) total += p->req.spec.bytes();
+  std::vector<size_t> sizes;
+  for (Pending* p : items) sizes.push_back(p->req.spec.bytes());
+  const FusionLayout layout = fusion_layout(sizes, gpu::kVectorBytes);
+  const size_t total = layout.total;
   char* fusion = device_fusion(total);
   std::vector<gpu::CopyItem> in;
   std::map<double, std::vector<gpu::CopyItem>> out;  // by factor: one launch per factor
-  size_t off = 0;
-  for (Pending* p : items) {
-    const size_t bytes = p->req.spec.bytes();
-    in.push_back({p->req.input, fusion + off, bytes});
-    out[out_factor_of(p)].push_back({fusion + off, p->req.output, bytes});
-    off += bytes;
+  for (size_t k = 0; k < items.size(); ++k) {
+    const Request& r = items[k]->req;
+    char* at = fusion + layout.offsets[k];
+    in.push_back({r.input, at, sizes[k]});
+    out[out_factor_of(items[k])].push_back({at, r.output, sizes[k]});
   }
   s.batched_copy(in, dt, lead.prescale);
   trace_batch(items, "MEMCPY_IN_FUSION_BUFFER", t, 0);

@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "common/error.h"
+
 namespace tessera {
 namespace engine {
 namespace {
@@ -89,6 +91,18 @@ std::vector<FusionBatch> plan_fusion(const std::vector<TensorSpec>& ready, size_
   refs.reserve(ready.size());
   for (const TensorSpec& s : ready) refs.push_back(&s);
   return plan_fusion(refs, threshold);
+}
+
+FusionLayout fusion_layout(const std::vector<size_t>& bytes, size_t align) {
+  TESSERA_CHECK(align > 0 && (align & (align - 1)) == 0, "fusion alignment ", align,
+                " is not a power of two");
+  FusionLayout layout;
+  layout.offsets.reserve(bytes.size());
+  for (size_t b : bytes) {
+    layout.offsets.push_back(layout.total);
+    layout.total += (b + align - 1) / align * align;
+  }
+  return layout;
 }
 
 }  // namespace engine

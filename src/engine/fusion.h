@@ -31,5 +31,17 @@ struct FusionBatch {
 std::vector<FusionBatch> plan_fusion(const std::vector<const TensorSpec*>& ready, size_t threshold);
 std::vector<FusionBatch> plan_fusion(const std::vector<TensorSpec>& ready, size_t threshold);
 
+// Where each tensor of a batch goes in the device fusion buffer: packed in order, each offset
+// rounded up to `align` bytes (a power of two). The device path takes gpu::kVectorBytes (16):
+// every copy in and out and the reduction over the buffer then run in 16-byte vectors, where
+// packing bytes end to end let one odd-sized tensor (a DeepLab-v3+ bias of 21 f32 elements)
+// misalign every later one of its batch. `total` is a multiple of `align`, so a whole number of
+// elements of any dtype; the padding between tensors is reduced with the rest and never read.
+struct FusionLayout {
+  std::vector<size_t> offsets;
+  size_t total = 0;
+};
+FusionLayout fusion_layout(const std::vector<size_t>& bytes, size_t align);
+
 }  // namespace engine
 }  // namespace tessera
