@@ -140,7 +140,15 @@ void Engine::Impl::run_device_allgather(Pending& p) {
   const auto start = Clock::now();
   const TensorSpec& s = p.req.spec;
   const GatherCounts g = gather_counts(s);
-  auto result = dev.device->allocate(std::max<size_t>(g.total * dtype_size(s.dtype), 1));
+  const size_t bytes = std::max<size_t>(g.total * dtype_size(s.dtype), 1);
+  std::shared_ptr<void> result;
+  if (p.req.allocate_result) {
+    Request::ResultBuffer b = p.req.allocate_result(bytes);
+    if (b.ready) dev.stream->wait(b.ready);  // the memory's last user on the caller's stream
+    result = std::move(b.memory);
+  } else {
+    result = dev.device->allocate(bytes);
+  }
   comm::device_allgatherv(*dev.context, *dev.stream, p.req.input, result.get(), g.counts, s.dtype,
                           device_options());
   trace_batch({&p}, "ALLGATHER", start, g.total * dtype_size(s.dtype));

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -52,6 +53,15 @@ struct Request {
   // Owners of the buffers' memory, held until the device work on them has run (the caller may
   // drop its own references once enqueued).
   std::vector<std::shared_ptr<void>> keep_alive;
+  // An allgather's device result, from the front end's allocator: torch's caching allocator on
+  // the caller's stream, so that freeing it never synchronises the whole device as cudaFree
+  // does. `ready`, recorded on the caller's stream when the memory is handed out, is what the
+  // engine's stream waits on before writing it. Unset: the device's own allocate.
+  struct ResultBuffer {
+    std::shared_ptr<void> memory;
+    std::shared_ptr<gpu::Event> ready;
+  };
+  std::function<ResultBuffer(size_t bytes)> allocate_result;
 };
 
 // A host request: the spec's name, op, dtype and shape and the two buffers.

@@ -178,7 +178,10 @@ std::unique_ptr<Stream> FakeDevice::new_stream() {
                                       static_cast<int64_t>(k) == options_.slow_stream);
 }
 
-std::shared_ptr<void> FakeDevice::allocate(size_t bytes) { return host_allocate(bytes); }
+std::shared_ptr<void> FakeDevice::allocate(size_t bytes) {
+  ++allocations_;
+  return host_allocate(bytes);
+}
 std::shared_ptr<void> FakeDevice::allocate_host(size_t bytes) { return host_allocate(bytes); }
 
 namespace {

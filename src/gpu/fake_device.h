@@ -48,6 +48,8 @@ class FakeDevice : public Device {
   void fail_next(const std::string& message);
   // Operations run so far on all of this device's streams.
   uint64_t operations_run() const { return ops_run_; }
+  // Calls of allocate so far (the device's own memory, cudaMalloc's stand-in).
+  uint64_t allocations() const { return allocations_; }
 
  private:
   friend class FakeStream;
@@ -58,6 +60,7 @@ class FakeDevice : public Device {
   std::atomic<uint64_t> streams_made_{0};
   std::atomic<uint64_t> shared_made_{0};
   std::atomic<uint64_t> ops_run_{0};
+  std::atomic<uint64_t> allocations_{0};
   std::mutex mu_;
   std::string failure_;
 };

@@ -1,6 +1,9 @@
 // CUDA tensors through the engine's device path (device_tensors.h).
 #include "torch/device_tensors.h"
 
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <mutex>
 
 #include "common/error.h"
@@ -29,6 +32,20 @@ gpu::Device& rank_device(int index, const std::string& what) {
                 " (its first CUDA tensor's); a rank moves tensors of one GPU: call "
                 "torch.cuda.set_device(local_rank) first and keep the tensors there");
   return *ctx.device;
+}
+
+// An allgather's result through torch's allocator as the caller would allocate it, on its
+// stream (engine.h's ResultBuffer): its caching allocator reuses the block only after that
+// stream has passed the free, and nothing calls cudaFree. Runs on the engine's thread.
+engine::Request::ResultBuffer torch_result(const DeviceUse& use, c10::Stream caller,
+                                           const torch::TensorOptions& options, size_t bytes) {
+  const c10::StreamGuard on(caller);
+  auto t = std::make_shared<torch::Tensor>(
+      torch::empty({static_cast<int64_t>(bytes)}, options.dtype(torch::kUInt8)));
+  engine::Request::ResultBuffer b;
+  b.memory = std::shared_ptr<void>(t->data_ptr(), [t](void*) mutable { t.reset(); });
+  b.ready = use.stream->record();
+  return b;
 }
 
 }  // namespace
@@ -70,6 +87,14 @@ void attach(engine::Request& r, const DeviceUse& use, const std::vector<torch::T
   r.ready = use.stream->record();
   for (const torch::Tensor& t : tensors) {
     if (t.defined()) r.keep_alive.push_back(std::make_shared<torch::Tensor>(t));
+  }
+  if (r.spec.op == engine::OpType::kAllgather && !tensors.empty() && tensors[0].defined()) {
+    const c10::Device where = tensors[0].device();
+    const c10::Stream caller = c10::impl::getDeviceGuardImpl(where.type())->getStream(where);
+    const torch::TensorOptions options = tensors[0].options();
+    r.allocate_result = [use, caller, options](size_t bytes) {
+      return torch_result(use, caller, options, bytes);
+    };
   }
 }
 

@@ -209,6 +209,24 @@ TEST_F(TorchDeviceTest, AllgatherBroadcastAlltoallReducescatter) {
   EXPECT_EQ(mine[0][0].item<float>(), n() * r() + n() * (n() - 1) / 2.0f);
 }
 
+// An allgather's result comes from torch's allocator on the caller's stream, not from the
+// device's own allocate (cudaMalloc on a GPU, whose cudaFree synchronises the whole device
+// when the result is dropped). Issue 33: every allgather allocated one raw buffer.
+TEST_F(TorchDeviceTest, AllgatherResultsComeFromTorchsAllocator) {
+  if (cuda_mode()) GTEST_SKIP() << "counts the fake device's allocations";
+  settle();
+  const uint64_t before = device_->allocations();
+  for (int k = 0; k < 3; ++k) {
+    torch::Tensor g = allgather(on_device(torch::full({r() + 1, 3}, float(r() + k))), "dev.g3");
+    torch::Tensor gh = to_host(g);
+    ASSERT_EQ(gh.size(0), n() * (n() + 1) / 2);
+    for (int q = 0, row = 0; q < n(); ++q) {
+      for (int j = 0; j <= q; ++j, ++row) ASSERT_EQ(gh[row][2].item<float>(), q + k) << row;
+    }
+  }
+  EXPECT_EQ(device_->allocations(), before);
+}
+
 TEST_F(TorchDeviceTest, DistributedOptimizerAveragesDeviceGradients) {
   // loss = sum(w * x_r) with x_r = r + 1: each rank's gradient is x_r, the average (n + 1) / 2,
   // and SGD with lr 1 from zeros leaves w = -(n + 1) / 2 everywhere (exact in f32).
