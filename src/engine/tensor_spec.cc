@@ -46,6 +46,16 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return os.str();
 }
 
+// "row-major", or "dims in memory order (0, 2, 3, 1)" (channels-last).
+std::string layout_string(const std::vector<uint8_t>& order) {
+  if (order.empty()) return "row-major";
+  std::ostringstream os;
+  os << "dims in memory order (";
+  for (size_t i = 0; i < order.size(); ++i) os << (i ? ", " : "") << int{order[i]};
+  os << ")";
+  return os.str();
+}
+
 }  // namespace
 
 std::string spec_difference(const TensorSpec& a, const TensorSpec& b) {
@@ -70,6 +80,9 @@ std::string spec_difference(const TensorSpec& a, const TensorSpec& b) {
     shapes_agree = std::equal(a.shape.begin() + 1, a.shape.end(), b.shape.begin() + 1);
   }
   if (!shapes_agree) return "shape " + shape_string(a.shape) + " vs " + shape_string(b.shape);
+  if (a.order != b.order) {
+    return "memory layout " + layout_string(a.order) + " vs " + layout_string(b.order);
+  }
   const bool reduces = a.op == OpType::kAllreduce || a.op == OpType::kReduceScatter;
   if (reduces && a.reduce_op != b.reduce_op) {
     return std::string("reduce op ") + reduce_op_name(a.reduce_op) + " vs " +

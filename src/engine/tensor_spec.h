@@ -43,6 +43,11 @@ struct TensorSpec {
   // Where input and output live (set by the engine from Request::device): ranks must agree,
   // since a host buffer on one rank and a device buffer on another take different paths.
   gpu::DeviceType device = gpu::DeviceType::kCpu;
+  // The element-wise collectives (allreduce, broadcast) take a dense tensor in its own memory
+  // order (a channels-last gradient without a copy): then its dimensions, outermost in memory
+  // first; empty: row-major. Ranks must agree, since element i of one rank's buffer meets
+  // element i of every other's.
+  std::vector<uint8_t> order;
   // Non-empty: this rank refused its arguments for this name (why, in its words). A refusal
   // carries no data: it lets the coordinator fail the name on every rank that enqueued it
   // within a cycle, instead of the others stalling on a rank that will never send it.

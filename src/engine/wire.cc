@@ -9,7 +9,7 @@ namespace tessera {
 namespace engine {
 namespace {
 
-constexpr uint8_t kVersion = 3;  // 2: TensorSpec::device; 3: TensorSpec::refusal
+constexpr uint8_t kVersion = 4;  // 2: TensorSpec::device; 3: ::refusal; 4: ::order
 constexpr uint32_t kMaxNameBytes = 1 << 16;
 constexpr uint32_t kMaxDims = 64;
 
@@ -95,9 +95,27 @@ std::string encode_specs(const std::vector<TensorSpec>& specs) {
     w.put<int32_t>(s.group_size);
     w.put<int32_t>(s.process_set);
     w.put<uint8_t>(static_cast<uint8_t>(s.device));
+    w.put<uint8_t>(static_cast<uint8_t>(s.order.size()));
+    for (uint8_t d : s.order) w.put<uint8_t>(d);
     w.put_string(s.refusal);
   }
   return w.take();
+}
+
+// A memory order: empty, or a permutation of the shape's dimensions.
+void get_order(Reader& r, TensorSpec& s) {
+  const uint8_t dims = r.get<uint8_t>("rank of memory order");
+  if (dims != 0 && dims != s.shape.size()) {
+    r.fail("memory order", std::to_string(dims) + " dimensions for a shape of " +
+                               std::to_string(s.shape.size()));
+  }
+  std::vector<bool> seen(dims, false);
+  for (uint8_t k = 0; k < dims; ++k) {
+    const uint8_t d = r.get<uint8_t>("memory order");
+    if (d >= dims || seen[d]) r.fail("memory order", "not a permutation of the dimensions");
+    seen[d] = true;
+    s.order.push_back(d);
+  }
 }
 
 std::vector<TensorSpec> decode_specs(const char* data, size_t size) {
@@ -130,6 +148,7 @@ std::vector<TensorSpec> decode_specs(const char* data, size_t size) {
     s.group_size = r.get<int32_t>("group size");
     s.process_set = r.get<int32_t>("process set");
     s.device = get_enum<gpu::DeviceType>(r, "device", static_cast<int>(gpu::DeviceType::kCuda));
+    get_order(r, s);
     s.refusal = r.get_string("refusal", kMaxNameBytes);
     specs.push_back(std::move(s));
   }

@@ -96,18 +96,43 @@ torch::Tensor logical_wire(const torch::Tensor& t, ReduceOp* op) {
   return t.view(torch::kUInt8);
 }
 
-// A contiguous view of a CPU or CUDA tensor (a copy only when it is not contiguous).
-torch::Tensor contiguous(const torch::Tensor& t, const char* what) {
+void check_tensor(const torch::Tensor& t, const char* what) {
   TESSERA_CHECK(t.defined(), what, ": the tensor is undefined");
   TESSERA_CHECK(!t.is_sparse(), what,
                 ": sparse tensors are not supported; pass tensor.to_dense(), or reduce sparse "
                 "gradients with sparse_allreduce_async");
   TESSERA_CHECK(t.device().is_cpu() || t.device().is_cuda(), what, ": the tensor is on ",
                 t.device().str(), "; tessera takes CPU and CUDA tensors");
+}
+
+// A contiguous view of a CPU or CUDA tensor (a copy only when it is not contiguous): for the
+// collectives that move rows (allgather, alltoall, reduce-scatter).
+torch::Tensor contiguous(const torch::Tensor& t, const char* what) {
+  check_tensor(t, what);
   return t.contiguous();
 }
 
-// One request of `op` over contiguous `in` -> `out` (the same tensor for in-place calls).
+// For the element-wise collectives (allreduce, broadcast): the tensor as it is wherever its
+// elements fill one block of memory without overlap, in whatever order (a channels-last
+// gradient, a transpose), since element i of every rank's block meets element i of the
+// others'; a contiguous copy otherwise. A channels-last gradient was copied to NCHW and back.
+torch::Tensor dense(const torch::Tensor& t, const char* what) {
+  check_tensor(t, what);
+  return t.is_non_overlapping_and_dense() ? t : t.contiguous();
+}
+
+// A dense tensor's dimensions, outermost in memory first (channels-last NCHW: 0, 2, 3, 1);
+// empty for a contiguous one. Ties (only dimensions of size 1 tie) keep their order.
+std::vector<uint8_t> memory_order(const torch::Tensor& t) {
+  if (t.is_contiguous()) return {};
+  std::vector<uint8_t> order(static_cast<size_t>(t.dim()));
+  for (size_t d = 0; d < order.size(); ++d) order[d] = static_cast<uint8_t>(d);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint8_t a, uint8_t b) { return t.stride(a) > t.stride(b); });
+  return order;
+}
+
+// One request of `op` over dense `in` -> `out` (the same tensor for in-place calls).
 engine::Request make_request(engine::OpType op, const std::string& name, const torch::Tensor& in,
                              const torch::Tensor& out, int process_set) {
   engine::Request r;
@@ -115,6 +140,7 @@ engine::Request make_request(engine::OpType op, const std::string& name, const t
   r.spec.op = op;
   r.spec.dtype = detail::to_dtype(in.scalar_type(), name);
   r.spec.shape = shape_of(in);
+  r.spec.order = memory_order(in);
   r.spec.process_set = process_set;
   r.input = in.data_ptr();
   r.output = out.defined() ? out.data_ptr() : nullptr;
@@ -164,7 +190,7 @@ TensorHandle allreduce_async(const torch::Tensor& tensor, const std::string& nam
                              double prescale, double postscale, int process_set) {
   return detail::attempt("allreduce", name, process_set, [&](const std::string& n) {
     ReduceOp wire_op = op;
-    torch::Tensor in = logical_wire(contiguous(tensor, "allreduce"), &wire_op);
+    torch::Tensor in = logical_wire(dense(tensor, "allreduce"), &wire_op);
     torch::Tensor out = torch::empty_like(in);
     engine::Request r = make_allreduce(n, in, out, wire_op, prescale, postscale, process_set);
     const detail::DeviceUse use = detail::device_use(in, n);
@@ -177,7 +203,7 @@ TensorHandle allreduce_async_(torch::Tensor& tensor, const std::string& name, Re
                               double prescale, double postscale, int process_set) {
   return detail::attempt("allreduce", name, process_set, [&](const std::string& n) {
     ReduceOp wire_op = op;
-    torch::Tensor buf = logical_wire(contiguous(tensor, "allreduce_"), &wire_op);
+    torch::Tensor buf = logical_wire(dense(tensor, "allreduce_"), &wire_op);
     // The algorithms reduce in place.
     engine::Request r = make_allreduce(n, buf, buf, wire_op, prescale, postscale, process_set);
     const detail::DeviceUse use = detail::device_use(buf, n);
@@ -208,7 +234,7 @@ std::vector<TensorHandle> grouped_allreduce_async(const std::vector<torch::Tenso
     std::vector<torch::Tensor> ins, outs;
     for (size_t i = 0; i < tensors.size(); ++i) {
       ReduceOp wire_op = op;
-      torch::Tensor in = logical_wire(contiguous(tensors[i], "grouped_allreduce"), &wire_op);
+      torch::Tensor in = logical_wire(dense(tensors[i], "grouped_allreduce"), &wire_op);
       torch::Tensor out = torch::empty_like(in);
       requests.push_back(
           make_allreduce(base + "." + std::to_string(i), in, out, wire_op, 1.0, 1.0, process_set));
@@ -239,7 +265,7 @@ std::vector<TensorHandle> grouped_allreduce_async_(std::vector<torch::Tensor>& t
     std::vector<torch::Tensor> bufs;
     for (size_t i = 0; i < tensors.size(); ++i) {
       ReduceOp wire_op = op;
-      torch::Tensor buf = logical_wire(contiguous(tensors[i], "grouped_allreduce_"), &wire_op);
+      torch::Tensor buf = logical_wire(dense(tensors[i], "grouped_allreduce_"), &wire_op);
       requests.push_back(
           make_allreduce(names[i], buf, buf, wire_op, prescale, postscale, process_set));
       bufs.push_back(buf);
@@ -325,7 +351,7 @@ TensorHandle start_broadcast(const std::string& name, torch::Tensor buf, torch::
 TensorHandle broadcast_async(const torch::Tensor& tensor, int root, const std::string& name,
                              int process_set) {
   return detail::attempt("broadcast", name, process_set, [&](const std::string& n) {
-    return start_broadcast(n, contiguous(tensor, "broadcast").clone(), torch::Tensor(), root,
+    return start_broadcast(n, dense(tensor, "broadcast").clone(), torch::Tensor(), root,
                            process_set);
   });
 }
@@ -346,7 +372,7 @@ torch::Tensor& broadcast_(torch::Tensor& tensor, int root, const std::string& na
 TensorHandle broadcast_async_(torch::Tensor& tensor, int root, const std::string& name,
                               int process_set) {
   return detail::attempt("broadcast", name, process_set, [&](const std::string& n) {
-    return start_broadcast(n, contiguous(tensor, "broadcast_"), tensor, root, process_set);
+    return start_broadcast(n, dense(tensor, "broadcast_"), tensor, root, process_set);
   });
 }
 

@@ -58,6 +58,43 @@ TEST_F(TorchTest, InPlaceAsyncNonContiguousAndScaled) {
   EXPECT_TRUE(torch::equal(y, torch::full({5}, static_cast<float>(n()))));
 }
 
+// A channels-last tensor (a ResNet's gradients under channels-last training) is reduced in its
+// own memory order: no copy to NCHW and back, and an out-of-place result keeps the layout.
+TEST_F(TorchTest, ChannelsLastIsReducedInItsOwnLayout) {
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  torch::Tensor x = (torch::arange(2 * 3 * 4 * 5, torch::kDouble).reshape({2, 3, 4, 5}) * (r() + 1))
+                        .contiguous(cl);
+  ASSERT_FALSE(x.is_contiguous());
+  const torch::Tensor want = x * (n() + 1) / 2.0 * n() / (r() + 1);
+  torch::Tensor y = allreduce(x, "cl.out", ReduceOp::kSum);
+  EXPECT_TRUE(y.is_contiguous(cl));
+  EXPECT_TRUE(torch::equal(y, want));
+  void* before = x.data_ptr();
+  allreduce_(x, "cl.in", ReduceOp::kSum);
+  EXPECT_EQ(x.data_ptr(), before);
+  EXPECT_TRUE(x.is_contiguous(cl));
+  EXPECT_TRUE(torch::equal(x, want));
+  torch::Tensor b = broadcast(x * (r() + 1), 0, "cl.bcast");
+  EXPECT_TRUE(b.is_contiguous(cl));
+  EXPECT_TRUE(torch::equal(b, want));
+}
+
+// Ranks whose tensors of one name differ in memory layout would pair unrelated elements: an
+// error on every rank naming the tensor and both layouts.
+TEST_F(TorchTest, LayoutsThatDifferAcrossRanksFailOnEveryRank) {
+  if (n() < 2) GTEST_SKIP() << "needs 2 ranks";
+  torch::Tensor x = torch::ones({2, 3, 3, 3});  // square: the shapes alone would agree
+  if (r() == 0) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+  try {
+    allreduce(x, "cl.mixed", ReduceOp::kSum);
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'cl.mixed'"), std::string::npos) << what;
+    EXPECT_NE(what.find("memory layout"), std::string::npos) << what;
+  }
+}
+
 TEST_F(TorchTest, GroupedAllreduce) {
   std::vector<torch::Tensor> ts = {torch::full({3}, r() + 1.0), torch::full({2, 2}, 2.0 * r()),
                                    torch::full({1}, 1.0)};

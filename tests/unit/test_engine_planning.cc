@@ -246,6 +246,7 @@ TEST(Wire, RoundTripsEveryField) {
   a.group_size = 5;
   a.process_set = 2;
   a.refusal = "dtype bool is not accepted";
+  a.order = {0, 2, 3, 1};  // channels-last
   const TensorSpec b = spec("", {});
   const std::string bytes = encode_specs({a, b});
   const auto back = decode_specs(bytes.data(), bytes.size());
@@ -253,6 +254,7 @@ TEST(Wire, RoundTripsEveryField) {
   EXPECT_EQ(spec_difference(back[0], a), "");
   EXPECT_EQ(back[0].process_set, 2);
   EXPECT_EQ(back[0].refusal, a.refusal);
+  EXPECT_EQ(back[0].order, a.order);
   EXPECT_EQ(spec_difference(back[1], b), "");
   EXPECT_TRUE(decode_specs(encode_specs({}).data(), encode_specs({}).size()).empty());
 }
@@ -280,6 +282,30 @@ TEST(Wire, CorruptMessagesAreRefusedWithTheOffset) {
   bad = good;
   bad[5] = bad[6] = bad[7] = bad[8] = '\xff';
   EXPECT_THROW(decode_specs(bad.data(), bad.size()), InvalidArgument);
+}
+
+// A memory order must be a permutation of the shape's dimensions (or absent).
+TEST(Wire, MemoryOrdersThatAreNoPermutationAreRefused) {
+  for (const std::vector<uint8_t>& order :
+       std::vector<std::vector<uint8_t>>{{0, 1}, {0, 0, 1}, {0, 1, 3}, {2, 1, 0}}) {
+    TensorSpec s = spec("w", {2, 3, 4});
+    s.order = order;
+    const std::string bytes = encode_specs({s});
+    const bool permutation = order == std::vector<uint8_t>{2, 1, 0};
+    if (permutation) {
+      EXPECT_EQ(decode_specs(bytes.data(), bytes.size())[0].order, order);
+    } else {
+      EXPECT_THROW(decode_specs(bytes.data(), bytes.size()), InvalidArgument);
+    }
+  }
+}
+
+TEST(TensorSpec, DifferentMemoryLayoutsDisagreeSayingBoth) {
+  TensorSpec a = spec("g", {8, 3, 5, 5}), b = a;
+  b.order = {0, 2, 3, 1};
+  EXPECT_EQ(spec_difference(a, b), "memory layout row-major vs dims in memory order (0, 2, 3, 1)");
+  a.order = b.order;
+  EXPECT_EQ(spec_difference(a, b), "");
 }
 
 TEST(Coordinator, LastToArriveIsTheLatestCycleAndTheHighestRankOnATie) {
