@@ -174,10 +174,15 @@ class TensorHandle {
   // collective's completion before synchronize() returns.
   gpu::Device* device_ = nullptr;
   std::shared_ptr<gpu::Stream> stream_;
+  bool host_consumers_ = false;  // detail::DeviceUse::host_consumers
 };
 
 // Blocks until the collective is done and returns its result; rethrows the engine's error
-// (InvalidArgument for a disagreement between ranks, TimeoutError, CommError).
+// (InvalidArgument for a disagreement between ranks, TimeoutError, CommError). For CUDA
+// tensors "done" means enqueued: the caller's current stream waits for the device work, not
+// the host (Horovod's asynchronous completion), so later work on that stream (the optimizer's
+// step) queues behind the collective; a failed kernel surfaces where that stream is next
+// synchronised, as CUDA's errors do.
 torch::Tensor synchronize(TensorHandle& handle);
 
 // Allreduce with op (default: average over the ranks); prescale / postscale multiply the

@@ -45,7 +45,7 @@ bool Handle::wait_for(double seconds) const {
                                   [&] { return state_->done; });
 }
 
-void Handle::wait(double timeout_s) const {
+void Handle::wait_issued(double timeout_s) const {
   TESSERA_CHECK(state_ != nullptr, "wait() on an empty Handle");
   std::unique_lock<std::mutex> lock(state_->mutex);
   if (timeout_s < 0) {
@@ -56,14 +56,20 @@ void Handle::wait(double timeout_s) const {
         detail::concat("collective '", state_->name, "' not finished after ", timeout_s, " s"));
   }
   if (state_->error) std::rethrow_exception(state_->error);
-  if (state_->completion) {
-    const double s = timeout_s < 0 ? state_->device_timeout_s : timeout_s;
-    auto completion = state_->completion;
-    lock.unlock();  // the engine may finish other handles meanwhile
-    completion->synchronize(gpu::Clock::now() + std::chrono::duration_cast<gpu::Clock::duration>(
-                                                    std::chrono::duration<double>(s)),
-                            "the device work of collective '" + state_->name + "'");
+}
+
+void Handle::wait(double timeout_s) const {
+  wait_issued(timeout_s);
+  std::shared_ptr<gpu::Event> completion;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    completion = state_->completion;
   }
+  if (!completion) return;
+  const double s = timeout_s < 0 ? state_->device_timeout_s : timeout_s;
+  completion->synchronize(gpu::Clock::now() + std::chrono::duration_cast<gpu::Clock::duration>(
+                                                  std::chrono::duration<double>(s)),
+                          "the device work of collective '" + state_->name + "'");
 }
 
 }  // namespace engine

@@ -49,6 +49,13 @@ class Handle {
   // TimeoutError naming the tensor when the time passes. For device tensors it also waits on
   // the host for the device work, and throws DeviceError with the failed operation's message.
   void wait(double timeout_s = -1) const;
+  // wait() without the host's wait for the device work: returns once the collective has been
+  // issued (host tensors: finished; device tensors: enqueued on the device, completion() set),
+  // rethrowing the engine's exception. A consumer's stream then waits on completion(), and the
+  // host runs ahead (the optimizer's step queued behind the allreduces, as Horovod's
+  // asynchronous completion does); a failed kernel surfaces at that stream's next
+  // synchronisation, as CUDA's errors do.
+  void wait_issued(double timeout_s = -1) const;
   // Device tensors, once the handle is done (wait_for, or poll): the event a consumer's stream
   // waits on instead of the host (nullptr for host tensors, or after an error).
   std::shared_ptr<gpu::Event> completion() const;

@@ -153,6 +153,7 @@ class FakeStream : public Stream {
         queue_.pop_front();
       }
       std::this_thread::sleep_for(std::chrono::microseconds(delay(rng_)));
+      while (device_.held_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       op();
     }
   }

@@ -48,6 +48,9 @@ class FakeDevice : public Device {
   void fail_next(const std::string& message);
   // Operations run so far on all of this device's streams.
   uint64_t operations_run() const { return ops_run_; }
+  // While held, no stream of this device starts another operation (a GPU busy with other
+  // work): a test sees what the host does before the device work runs.
+  void hold(bool held) { held_ = held; }
   // Calls of allocate so far (the device's own memory, cudaMalloc's stand-in).
   uint64_t allocations() const { return allocations_; }
 
@@ -61,6 +64,7 @@ class FakeDevice : public Device {
   std::atomic<uint64_t> shared_made_{0};
   std::atomic<uint64_t> ops_run_{0};
   std::atomic<uint64_t> allocations_{0};
+  std::atomic<bool> held_{false};
   std::mutex mu_;
   std::string failure_;
 };

@@ -17,6 +17,7 @@ namespace {
 std::mutex g_mu;  // the device's creation and the stand-in
 gpu::Device* g_stand_in = nullptr;
 std::function<std::shared_ptr<gpu::Stream>()> g_stand_in_stream;
+bool g_stand_in_stream_ordered = false;
 
 // This rank's device for a tensor on CUDA GPU `index`: the first one asked for, made here and
 // given to the engine; another GPU later is the caller's error.
@@ -58,6 +59,7 @@ DeviceUse device_use(const torch::Tensor& t, const std::string& what) {
       DeviceUse use;
       use.device = g_stand_in;
       use.stream = g_stand_in_stream();
+      use.host_consumers = !g_stand_in_stream_ordered;
       context().engine().set_device(*g_stand_in);
       return use;
     }
@@ -120,6 +122,11 @@ void set_stand_in_device(gpu::Device* device,
   std::lock_guard<std::mutex> lock(g_mu);
   g_stand_in = device;
   g_stand_in_stream = device ? std::move(current) : nullptr;
+}
+
+void set_stand_in_stream_ordered(bool ordered) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_stand_in_stream_ordered = ordered;
 }
 
 }  // namespace detail

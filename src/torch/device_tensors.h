@@ -27,6 +27,10 @@ namespace detail {
 struct DeviceUse {
   gpu::Device* device = nullptr;
   std::shared_ptr<gpu::Stream> stream;  // the caller's current stream on it
+  // Whether the result's consumers run on the host, so synchronize() waits there for the device
+  // work: the stand-in device's CPU tensors (libtorch's CPU operations are not ordered on a
+  // stream). CUDA tensors' consumers are ordered on the caller's stream, which waits instead.
+  bool host_consumers = false;
   explicit operator bool() const { return device != nullptr; }
 };
 
@@ -51,6 +55,8 @@ std::shared_ptr<gpu::Stream> current_stream(gpu::Device& device);
 // Call before init() or after shutdown() (the engine keeps the device it was given).
 void set_stand_in_device(gpu::Device* device,
                          std::function<std::shared_ptr<gpu::Stream>()> current = {});
+// Tests: the stand-in's consumers as CUDA's, ordered on the caller's stream (default: on the host).
+void set_stand_in_stream_ordered(bool ordered);
 
 }  // namespace detail
 }  // namespace tessera

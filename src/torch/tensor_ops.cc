@@ -25,6 +25,7 @@ class TensorOps {
     h.allgather_ = allgather;
     h.device_ = use.device;
     h.stream_ = use.stream;
+    h.host_consumers_ = use.host_consumers;
   }
   // Enqueues one request over `in` -> `out` (`target`: an in-place call's tensor, which receives
   // the result if `out` is a copy of it).
@@ -160,8 +161,13 @@ engine::Request make_allreduce(const std::string& name, const torch::Tensor& in,
 }  // namespace
 
 torch::Tensor synchronize(TensorHandle& h) {
-  h.handle_.wait();
-  const detail::DeviceUse use{h.device_, h.stream_};
+  // Device tensors: the caller's stream waits for the collective (consume), not the host.
+  if (h.host_consumers_) {
+    h.handle_.wait();
+  } else {
+    h.handle_.wait_issued();
+  }
+  const detail::DeviceUse use{h.device_, h.stream_, h.host_consumers_};
   detail::consume(h.handle_, use);
   if (h.allgather_ && use) {
     h.output_ = detail::device_result_tensor(h.handle_, h.input_);

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -225,6 +226,32 @@ TEST_F(TorchDeviceTest, AllgatherResultsComeFromTorchsAllocator) {
     }
   }
   EXPECT_EQ(device_->allocations(), before);
+}
+
+// synchronize() on a device tensor returns once the collective is enqueued, leaving the wait
+// to the caller's stream, so the host can queue the optimizer's step behind the allreduces.
+// The device is held busy for 3 s: a synchronize that waited on the host for the device work
+// (as before issue 33) returns only after it. One rank: at more, the IPC backend's steps wait
+// on the host inside the engine.
+TEST_F(TorchDeviceTest, SynchronizeReturnsBeforeTheDeviceWorkRuns) {
+  if (cuda_mode()) GTEST_SKIP() << "holds the fake device";
+  if (n() != 1) GTEST_SKIP() << "one rank: the IPC backend's steps wait on the host";
+  settle();
+  detail::set_stand_in_stream_ordered(true);  // consumers on the caller's stream, as on CUDA
+  torch::Tensor x = on_device(torch::full({1000}, 3.0f));
+  device_->hold(true);
+  std::thread release([] {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    device_->hold(false);
+  });
+  const auto start = Clock::now();
+  TensorHandle h = allreduce_async(x, "dev.held", ReduceOp::kSum);
+  torch::Tensor y = synchronize(h);
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  release.join();
+  detail::set_stand_in_stream_ordered(false);
+  EXPECT_LT(took, 1.5) << "synchronize waited for the held device";
+  EXPECT_TRUE(torch::equal(to_host(y), torch::full({1000}, 3.0f)));  // through the stream
 }
 
 TEST_F(TorchDeviceTest, DistributedOptimizerAveragesDeviceGradients) {
