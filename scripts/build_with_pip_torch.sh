@@ -16,6 +16,7 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 VERSION=${1:-2.11.0}
+TORCHVISION=${TORCHVISION:-$([ "$VERSION" = 2.11.0 ] && echo 0.26.0)}
 REGEX=${2:-.}
 ROOT=${PIP_TORCH_ROOT:-/tmp/tessera-pip-torch}
 VENV=$ROOT/venv-$VERSION
@@ -26,7 +27,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   /usr/bin/python3 -m venv "$VENV"
   # pybind11 from PyPI beside that torch: Debian's 2.10 predates Python 3.12 (the GPU machine's);
   # 2.13 knows FindPython3 as we call it (3.x wants FindPython).
-  "$VENV/bin/pip" install --quiet "torch==$VERSION" numpy pytest pybind11==2.13.6
+  # torchvision for the interop test (0.26 goes with 2.11, as on the GPU machine); wheel and
+  # setuptools for the pip-install test.
+  "$VENV/bin/pip" install --quiet "torch==$VERSION" "torchvision${TORCHVISION:+==$TORCHVISION}" \
+    numpy pytest pybind11==2.13.6 wheel setuptools
 fi
 PY=$VENV/bin/python
 "$PY" -c "import torch; print('torch', torch.__version__, torch.__file__)"

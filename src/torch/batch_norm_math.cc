@@ -35,8 +35,13 @@ torch::Tensor local_sums(const torch::Tensor& x, torch::ScalarType acc) {
 
 Stats stats_of(const torch::Tensor& sums, double eps, const std::string& what) {
   const int64_t c = (sums.size(0) - 1) / 2;
+  return stats_of(sums, sums[2 * c].item<double>(), eps, what);
+}
+
+Stats stats_of(const torch::Tensor& sums, double count, double eps, const std::string& what) {
+  const int64_t c = (sums.size(0) - 1) / 2;
   Stats s;
-  s.count = sums[2 * c].item<double>();
+  s.count = count;
   TESSERA_CHECK(s.count > 1, what, ": ", s.count,
                 " value(s) per channel over all parts; training needs more than 1");
   s.mean = sums.narrow(0, 0, c) / s.count;

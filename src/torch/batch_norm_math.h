@@ -28,6 +28,9 @@ struct Stats {
 // From the sums over every part. Throws InvalidArgument naming `what` when there is not more
 // than one value per channel (as torch's BatchNorm in training).
 Stats stats_of(const torch::Tensor& sums, double eps, const std::string& what);
+// The same with the count known on the host (sums' last element not read): reading it from a
+// CUDA tensor would make the host wait for the device.
+Stats stats_of(const torch::Tensor& sums, double count, double eps, const std::string& what);
 
 // y in x's dtype, through batch_norm's inference kernel. weight, bias: defined or not.
 torch::Tensor normalize(const torch::Tensor& x, const torch::Tensor& weight,
