@@ -10,12 +10,14 @@ PY=${TEST_PYTHON:-/usr/bin/python3}
 run() { "$PY" -m tessera.run "$@"; }
 printf '# two slots here\nlocalhost slots=2\n' > "$DIR/hosts"
 fail() { echo "FAIL: $1"; cat "$DIR/run.log"; exit 1; }
+# Each rank's line in one write: print() of several items under PYTHONUNBUFFERED writes them
+# one by one, and two ranks' words interleaved ("rankrank 0 sees ...") once under load.
 MY_PROJECT_VAR="a value with spaces" HOROVOD_FUSION_THRESHOLD=1048576 HOROVOD_NO_SUCH_KNOB=1 \
   timeout 120 "$PY" -m tessera.run -np 2 --hostfile "$DIR/hosts" \
     --mpi-args "--mca btl self,vader,tcp --oversubscribe" --timeline-filename "$DIR/tl.json" \
-    "$PY" -c 'import os; print("rank", os.environ["OMPI_COMM_WORLD_RANK"], "sees",
-      os.environ["MY_PROJECT_VAR"], "|", os.environ["TESSERA_FUSION_THRESHOLD"], "|",
-      os.environ["TESSERA_TIMELINE"])' > "$DIR/run.log" 2>&1
+    "$PY" -c 'import os, sys; e = os.environ; sys.stdout.write(" ".join(["rank",
+      e["OMPI_COMM_WORLD_RANK"], "sees", e["MY_PROJECT_VAR"], "|", e["TESSERA_FUSION_THRESHOLD"],
+      "|", e["TESSERA_TIMELINE"]]) + "\n")' > "$DIR/run.log" 2>&1
 rc=$?
 [ "$rc" -eq 0 ] || fail "tessera run exited with $rc"
 for r in 0 1; do
