@@ -102,7 +102,9 @@ out=$(run train --model resnet18 --spatial 1x2 --data "$work/slides" --image-siz
   --log-every 3 2>&1); rc=$?
 check "train --spatial: grid" 0 "512x512 images over a 1x2 grid: tiles of 512x256" "$out" $rc
 check "train --spatial: auc" 0 "eval  step 3: auc" "$out" $rc
-check "train --spatial: reads its tile" 0 "(50\.[0-9]%)" "$out" $rc
+# About half the file: the two columns' compressed tiles differ a little with the slides'
+# content, which follows torch's random generator (51.1% under PyPI's torch 2.11).
+check "train --spatial: reads its tile" 0 "(\(4[5-9]\|5[0-4]\)\.[0-9]%)" "$out" $rc
 out=$(run train --model resnet18 --spatial 2x2 --data "$work/slides" --image-size 512 --steps 1 2>&1); rc=$?
 check "train --spatial: grid larger than the job" 2 "needs a multiple of 4 ranks, but the job has 2" "$out" $rc
 out=$(run train --model resnet18 --spatial 1x2 --data "$work/slides" --image-size 1024 --steps 1 2>&1); rc=$?

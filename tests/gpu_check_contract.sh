@@ -52,8 +52,10 @@ done
 kill -TERM "$pid"
 for _ in $(seq 200); do kill -0 "$pid" 2> /dev/null || break; sleep 0.1; done
 check "killed run ended within 20 s of SIGTERM" bash -c "! kill -0 $pid 2> /dev/null"
-sleep 1
-check "killed run left no process in its session" bash -c "! ps -o pid= -s $pid | grep -q ."
+for _ in $(seq 50); do ps -o pid= -s "$pid" | grep -q . || break; sleep 0.1; done
+check "killed run left no process in its session (5 s after its end)" \
+  bash -c "! ps -o pid= -s $pid | grep -q ."
+ps -o pid,etimes,args -s "$pid" | sed 's/^/     left: /' | tail -n +2
 check "killed run: its total row says so" grep -q "^total .*killed.*ended by SIGTERM" "$WORK/killed/summary.txt"
 check "killed run: the rows before the kill" grep -q "^unit (GpuDevice) *pass" "$WORK/killed/summary.txt"
 check "killed run: archive" archive_ok "$WORK/killed"
