@@ -29,7 +29,7 @@ build: bootstrap
 # Every test of the main build, then the reliability builds of docs/reliability.md (ASan+UBSan,
 # TSan) and every fuzz target for FUZZ_SECONDS: scripts/test_all.sh, which prints each phase's
 # minutes at the end.
-FUZZ_SECONDS ?= 20
+FUZZ_SECONDS ?= 15
 test: bootstrap
 	@bash scripts/test_all.sh $(BUILD) $(FUZZ_SECONDS) $(JOBS)
 

@@ -3,7 +3,7 @@
 # time over its corpus in tests/fuzz/corpus: the wire decoder, the knob grammars, --config files,
 # the data-set lists (manifest, split files, classes.txt), PyTorch weight files and checkpoints.
 # Usage: scripts/fuzz_all.sh [SECONDS_EACH] [BUILD_DIR]          (default: 20, build-fuzz)
-# `make test` runs it with 20 s each; longer runs on demand, e.g. scripts/fuzz_all.sh 600.
+# `make test` runs it with 15 s each; longer runs on demand, e.g. scripts/fuzz_all.sh 600.
 set -uo pipefail
 seconds=${1:-20}
 dir=${2:-build-fuzz}

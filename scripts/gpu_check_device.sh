@@ -54,7 +54,7 @@ torch_rows() {
 python_rows() {
   local np log rc
   build "build Python package" "$LOG/build_python.log" tessera_python || return
-  for np in 1 2; do
+  for np in ${GPU_CHECK_PYTHON_NPS:-1 2}; do
     log=$LOG/py_np$np.log
     step 240 "$log" env PYTHONPATH="$BUILD/python" $MPIRUN -np "$np" "$PY" -m pytest -q \
       -p no:cacheprovider --color=no "$SRC/tests/python/test_ops.py" \

@@ -7,10 +7,10 @@
 #   asan    scripts/sanitize.sh address: ASan+UBSan build and its tests
 #   tsan    scripts/sanitize.sh thread: TSan build, its tests and the control race
 #   fuzz    scripts/fuzz_all.sh: every fuzz target for FUZZ_SECONDS
-# Usage: scripts/test_all.sh [BUILD] [FUZZ_SECONDS] [JOBS]    (build, 20, nproc)
+# Usage: scripts/test_all.sh [BUILD] [FUZZ_SECONDS] [JOBS]    (build, 15, nproc)
 set -uo pipefail
 build=${1:-build}
-fuzz_seconds=${2:-20}
+fuzz_seconds=${2:-15}
 jobs=${3:-$(nproc)}
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here" || exit 1

@@ -32,14 +32,14 @@ run_check() {  # name, extra environment...
     > "$WORK/$name.stdout" 2>&1
 }
 
-# 1. A whole run.
-run_check whole GPU_CHECK_BUILD="$BUILD"
+# 1. A whole run (one rank: the tests themselves run in the main suite; here the output counts).
+run_check whole GPU_CHECK_BUILD="$BUILD" GPU_CHECK_NPS=1 GPU_CHECK_PYTHON_NPS=1
 check "whole run exits 0" [ $? = 0 ]
 check "whole run: no FAIL row" bash -c "! grep -q ' FAIL ' '$WORK/whole/summary.txt'"
 check "whole run: total row" grep -q "^total " "$WORK/whole/summary.txt"
 check "whole run: 2 files (summary, archive)" [ "$(files_in "$WORK/whole")" = 2 ]
 check "whole run: archive holds the device collectives' log" \
-  bash -c "tar -tzf '$WORK/whole/logs.tar.gz' | grep -q dc_np2.log"
+  bash -c "tar -tzf '$WORK/whole/logs.tar.gz' | grep -q dc_np1.log"
 
 # 2. Killed halfway.
 setsid env GPU_CHECK_LOGS="$WORK/killed.logs" GPU_CHECK_BUILD="$BUILD" \
