@@ -106,8 +106,8 @@ std::string encode_specs(const std::vector<TensorSpec>& specs) {
 void get_order(Reader& r, TensorSpec& s) {
   const uint8_t dims = r.get<uint8_t>("rank of memory order");
   if (dims != 0 && dims != s.shape.size()) {
-    r.fail("memory order", std::to_string(dims) + " dimensions for a shape of " +
-                               std::to_string(s.shape.size()));
+    r.fail("memory order",
+           std::to_string(dims) + " dimensions for a shape of " + std::to_string(s.shape.size()));
   }
   std::vector<bool> seen(dims, false);
   for (uint8_t k = 0; k < dims; ++k) {

@@ -5,14 +5,14 @@
 
 #include "common/error.h"
 
-#define TESSERA_CUDA_CHECK(call)                                                   \
-  do {                                                                             \
-    const cudaError_t tessera_err_ = (call);                                       \
-    if (tessera_err_ != cudaSuccess) {                                             \
-      throw ::tessera::DeviceError(::tessera::detail::concat(                      \
-          #call, " failed: ", cudaGetErrorString(tessera_err_), " (",              \
-          cudaGetErrorName(tessera_err_), ")"));                                   \
-    }                                                                              \
+#define TESSERA_CUDA_CHECK(call)                                                                \
+  do {                                                                                          \
+    const cudaError_t tessera_err_ = (call);                                                    \
+    if (tessera_err_ != cudaSuccess) {                                                          \
+      throw ::tessera::DeviceError(                                                             \
+          ::tessera::detail::concat(#call, " failed: ", cudaGetErrorString(tessera_err_), " (", \
+                                    cudaGetErrorName(tessera_err_), ")"));                      \
+    }                                                                                           \
   } while (0)
 
 namespace tessera {

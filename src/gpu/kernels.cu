@@ -251,15 +251,24 @@ int sm_count() {
 template <typename F>
 void dispatch(DataType dtype, F&& f) {
   switch (dtype) {
-    case DataType::kFloat32: return f(float{});
-    case DataType::kFloat64: return f(double{});
-    case DataType::kFloat16: return f(__half{});
-    case DataType::kBFloat16: return f(__nv_bfloat16{});
-    case DataType::kInt32: return f(int32_t{});
-    case DataType::kInt64: return f(int64_t{});
-    case DataType::kUInt8: return f(uint8_t{});
-    case DataType::kInt8: return f(int8_t{});
-    case DataType::kInt16: return f(int16_t{});
+    case DataType::kFloat32:
+      return f(float{});
+    case DataType::kFloat64:
+      return f(double{});
+    case DataType::kFloat16:
+      return f(__half{});
+    case DataType::kBFloat16:
+      return f(__nv_bfloat16{});
+    case DataType::kInt32:
+      return f(int32_t{});
+    case DataType::kInt64:
+      return f(int64_t{});
+    case DataType::kUInt8:
+      return f(uint8_t{});
+    case DataType::kInt8:
+      return f(int8_t{});
+    case DataType::kInt16:
+      return f(int16_t{});
   }
 }
 

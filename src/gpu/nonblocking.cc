@@ -10,7 +10,8 @@
 namespace tessera {
 namespace gpu {
 
-void wait_until_enqueued(CallState returned, const std::function<CallState(std::string& error)>& poll,
+void wait_until_enqueued(CallState returned,
+                         const std::function<CallState(std::string& error)>& poll,
                          Clock::time_point deadline, const std::string& what) {
   std::string error;
   CallState state = returned;

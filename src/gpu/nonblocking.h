@@ -18,7 +18,8 @@ enum class CallState { kDone, kInProgress, kFailed };
 // Returns once the call that answered `returned` has its work on the stream: at once for kDone;
 // for kInProgress, polling `poll` (which sets `error` when it answers kFailed) every 50 us to
 // 1 ms. Throws DeviceError naming `what` and the error for kFailed, TimeoutError at `deadline`.
-void wait_until_enqueued(CallState returned, const std::function<CallState(std::string& error)>& poll,
+void wait_until_enqueued(CallState returned,
+                         const std::function<CallState(std::string& error)>& poll,
                          Clock::time_point deadline, const std::string& what);
 
 }  // namespace gpu

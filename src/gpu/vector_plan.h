@@ -35,7 +35,7 @@ struct VectorSplit {
 // element size (1, 2, 4 or 8; pointers element-aligned). Pointers of different misalignment
 // get no body: every element one at a time.
 TESSERA_HOST_DEVICE inline VectorSplit vector_split(uintptr_t first, uintptr_t mask, size_t count,
-                                                   size_t es) {
+                                                    size_t es) {
   VectorSplit s;
   if ((mask & (kVectorBytes - 1)) != 0 || es == 0 || es > kVectorBytes) {
     s.head = count;

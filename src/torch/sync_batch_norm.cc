@@ -22,18 +22,18 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
                                torch::Tensor running_var, double momentum) {
     const int set = static_cast<int>(process_set);
     const std::string what = "SyncBatchNorm '" + name + "'";
-    TensorHandle sums = allreduce_async(batch_norm::local_sums(x, torch::kFloat64),
-                                        name + ".stats", ReduceOp::kSum, 1.0, 1.0, set);
+    TensorHandle sums = allreduce_async(batch_norm::local_sums(x, torch::kFloat64), name + ".stats",
+                                        ReduceOp::kSum, 1.0, 1.0, set);
     batch_norm::Stats s;
     if (x.is_cpu()) {
       s = batch_norm::stats_of(synchronize(sums), eps, what);
     } else {
       // The count over the set on the host, beside the sums' device allreduce: reading it from
       // the device result would make the host wait for the device at every layer.
-      const torch::Tensor mine = torch::full({1}, static_cast<double>(x.numel() / x.size(1)),
-                                             torch::kFloat64);
-      const double count = allreduce(mine, name + ".count", ReduceOp::kSum, 1.0, 1.0, set)
-                               .item<double>();
+      const torch::Tensor mine =
+          torch::full({1}, static_cast<double>(x.numel() / x.size(1)), torch::kFloat64);
+      const double count =
+          allreduce(mine, name + ".count", ReduceOp::kSum, 1.0, 1.0, set).item<double>();
       s = batch_norm::stats_of(synchronize(sums), count, eps, what);
     }
     batch_norm::update_running(running_mean, running_var, s, momentum);

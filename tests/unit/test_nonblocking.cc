@@ -68,8 +68,9 @@ TEST(Nonblocking, WaitingUntilEnqueuedOrdersTheEventAfterTheResult) {
   const std::vector<float> in(1000, 3.0f);
   std::vector<float> out(1000, 0.0f);
   FakeNonblockingComm comm(3);
-  wait_until_enqueued(comm.allreduce(*stream, in.data(), out.data(), in.size()),
-                      [&](std::string& e) { return comm.poll(e); }, soon(), "allreduce");
+  wait_until_enqueued(
+      comm.allreduce(*stream, in.data(), out.data(), in.size()),
+      [&](std::string& e) { return comm.poll(e); }, soon(), "allreduce");
   EXPECT_EQ(comm.polls(), 3);
   stream->record()->synchronize(soon(), "the event after the call");
   EXPECT_EQ(out, in);
@@ -88,8 +89,9 @@ TEST(Nonblocking, AFailedPollIsADeviceErrorNamingTheCall) {
   std::vector<float> in(4, 1.0f), out(4, 0.0f);
   FakeNonblockingComm comm(2, /*fail=*/true);
   try {
-    wait_until_enqueued(comm.allreduce(*stream, in.data(), out.data(), in.size()),
-                        [&](std::string& e) { return comm.poll(e); }, soon(), "ncclAllReduce");
+    wait_until_enqueued(
+        comm.allreduce(*stream, in.data(), out.data(), in.size()),
+        [&](std::string& e) { return comm.poll(e); }, soon(), "ncclAllReduce");
     FAIL() << "no error";
   } catch (const DeviceError& e) {
     EXPECT_NE(std::string(e.what()).find("ncclAllReduce failed: unhandled system error"),
