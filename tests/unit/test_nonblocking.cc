@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "common/error.h"
@@ -47,11 +48,16 @@ class FakeNonblockingComm {
   std::function<void()> pending_;
 };
 
-TEST(Nonblocking, AnEventRecordedWhileInProgressCompletesWithoutTheResult) {
+// A fake device's stream, an input of 3s and an output of 0s.
+class Nonblocking : public ::testing::Test {
+ protected:
   FakeDevice device;
-  auto stream = device.new_stream();
-  const std::vector<float> in(1000, 3.0f);
-  std::vector<float> out(1000, 0.0f);
+  std::unique_ptr<Stream> stream = device.new_stream();
+  const std::vector<float> in = std::vector<float>(1000, 3.0f);
+  std::vector<float> out = std::vector<float>(1000, 0.0f);
+};
+
+TEST_F(Nonblocking, AnEventRecordedWhileInProgressCompletesWithoutTheResult) {
   FakeNonblockingComm comm(3);
   ASSERT_EQ(comm.allreduce(*stream, in.data(), out.data(), in.size()), CallState::kInProgress);
   stream->record()->synchronize(soon(), "the too-early event");
@@ -62,11 +68,7 @@ TEST(Nonblocking, AnEventRecordedWhileInProgressCompletesWithoutTheResult) {
   stream->record()->synchronize(soon(), "the drain");
 }
 
-TEST(Nonblocking, WaitingUntilEnqueuedOrdersTheEventAfterTheResult) {
-  FakeDevice device;
-  auto stream = device.new_stream();
-  const std::vector<float> in(1000, 3.0f);
-  std::vector<float> out(1000, 0.0f);
+TEST_F(Nonblocking, WaitingUntilEnqueuedOrdersTheEventAfterTheResult) {
   FakeNonblockingComm comm(3);
   wait_until_enqueued(
       comm.allreduce(*stream, in.data(), out.data(), in.size()),
@@ -76,17 +78,14 @@ TEST(Nonblocking, WaitingUntilEnqueuedOrdersTheEventAfterTheResult) {
   EXPECT_EQ(out, in);
 }
 
-TEST(Nonblocking, DoneAtOnceDoesNotPoll) {
+TEST_F(Nonblocking, DoneAtOnceDoesNotPoll) {
   int polls = 0;
   wait_until_enqueued(
       CallState::kDone, [&](std::string&) { return ++polls, CallState::kInProgress; }, soon(), "x");
   EXPECT_EQ(polls, 0);
 }
 
-TEST(Nonblocking, AFailedPollIsADeviceErrorNamingTheCall) {
-  FakeDevice device;
-  auto stream = device.new_stream();
-  std::vector<float> in(4, 1.0f), out(4, 0.0f);
+TEST_F(Nonblocking, AFailedPollIsADeviceErrorNamingTheCall) {
   FakeNonblockingComm comm(2, /*fail=*/true);
   try {
     wait_until_enqueued(
@@ -100,7 +99,7 @@ TEST(Nonblocking, AFailedPollIsADeviceErrorNamingTheCall) {
   }
 }
 
-TEST(Nonblocking, StuckInProgressEndsAtTheDeadline) {
+TEST_F(Nonblocking, StuckInProgressEndsAtTheDeadline) {
   const auto start = Clock::now();
   EXPECT_THROW(wait_until_enqueued(
                    CallState::kInProgress, [](std::string&) { return CallState::kInProgress; },
