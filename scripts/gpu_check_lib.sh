@@ -17,6 +17,8 @@ FAILED_LOGS=()
 CHILD=
 
 gpu_check_start() {
+  # The logs never share OUT's folder (that would bring back every log, and the archive itself).
+  [ "$(realpath -m "$LOG")" = "$(realpath -m "$OUT_DIR")" ] && LOG=$LOG.logs
   rm -rf "$LOG" && mkdir -p "$LOG" "$OUT_DIR"
   SUMMARY=$OUT_DIR/summary.txt
   : > "$SUMMARY"
