@@ -62,6 +62,10 @@ run() {
 # here, and make test stays under 40 minutes. The benchmarks, the
 # tessera binary and the tests that drive it are not built.
 run_asan() {
+  # DeepLab-v3+ on the whole image against its tiles took 71 of mpi_spatial's 76 s under ASan:
+  # its layers (convolutions, pooling, the group layers) are checked one by one here, the model
+  # in the main build.
+  GTEST_FILTER='-SpatialTest.DeepLabEqualsTheOrdinaryModelOnTheWholeImage' \
   OMP_NUM_THREADS=1 run asan address,undefined ON \
     '^(unit|unit_torch|mpi_(allreduce|collectives|engine|tune)_np[0-9]+(_.*)?|mpi_(torch|torch_device|train|data|spatial)_np2)$' \
     tessera_unit_tests mpi_allreduce mpi_collectives mpi_engine mpi_tune \
