@@ -10,16 +10,21 @@
 # Usage: scripts/netns_hosts.sh [--hosts N] [--slots S] -- MPIRUN_ARGS...
 #   runs `mpirun --hostfile <h0..hN-1 with S slots each> <transport settings> MPIRUN_ARGS` on h0;
 #   the host names are h0, h1, ... and the addresses 10.213.<run>.1, .2, ...
+#        scripts/netns_hosts.sh [--hosts N] --command -- COMMAND...
+#   runs COMMAND on h0 with the transport settings in the environment (OMPI_MCA_*), for a
+#   program that starts mpirun itself on hosts it picks (`tessera run`'s elastic supervisor).
 # Everything it creates (namespaces, links, /etc/netns/<ns>) is removed on exit, also on
 # failure and on SIGTERM/SIGINT.
 set -uo pipefail
 hosts=2
 slots=2
+command=0
 here=$(cd "$(dirname "$0")" && pwd)
 while [[ $# -gt 0 ]]; do
   case $1 in
     --hosts) hosts=$2; shift 2 ;;
     --slots) slots=$2; shift 2 ;;
+    --command) command=1; shift ;;
     --) shift; break ;;
     *) echo "netns_hosts.sh: unknown argument '$1'; usage: netns_hosts.sh [--hosts N] [--slots S] -- MPIRUN_ARGS..." >&2
        exit 2 ;;
@@ -79,11 +84,18 @@ export TESSERA_NETNS_TAG=$tag
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_pml=ob1 OMPI_MCA_mtl=^ofi
 # Between hosts only TCP over the namespaces' links; within a host shared memory (vader).
-ip netns exec "$(ns 0)" unshare --uts /bin/sh -c 'hostname h0 && exec "$@"' sh \
-  mpirun --hostfile "$hostfile" --bind-to none \
-  --mca plm_rsh_agent "$here/netns_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
-  --mca btl self,vader,tcp --mca btl_tcp_if_include "10.213.$octet.0/24" \
-  --mca oob_tcp_if_include "10.213.$octet.0/24" "$@" &
+if [[ $command -eq 1 ]]; then
+  export OMPI_MCA_plm_rsh_agent=$here/netns_agent.sh OMPI_MCA_plm_rsh_no_tree_spawn=1
+  export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=10.213.$octet.0/24
+  export OMPI_MCA_oob_tcp_if_include=10.213.$octet.0/24
+  ip netns exec "$(ns 0)" unshare --uts /bin/sh -c 'hostname h0 && exec "$@"' sh "$@" &
+else
+  ip netns exec "$(ns 0)" unshare --uts /bin/sh -c 'hostname h0 && exec "$@"' sh \
+    mpirun --hostfile "$hostfile" --bind-to none \
+    --mca plm_rsh_agent "$here/netns_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
+    --mca btl self,vader,tcp --mca btl_tcp_if_include "10.213.$octet.0/24" \
+    --mca oob_tcp_if_include "10.213.$octet.0/24" "$@" &
+fi
 child=$!
 trap 'kill -TERM $child 2> /dev/null; wait $child; exit 143' TERM
 wait $child

@@ -131,6 +131,10 @@ CLI::App* add_train_command(CLI::App& app, train::TrainOptions& o) {
   c->add_option("--checkpoint-every", o.checkpoint_every, "also every N steps")
       ->capture_default_str();
   c->add_option("--resume", o.resume, "continue from this checkpoint");
+  c->add_flag("--elastic", o.elastic,
+              "under `tessera run --min-np/--max-np/...`: continue from --checkpoint when it "
+              "exists, commit at each --checkpoint-every write, restart on more hosts when the "
+              "supervisor finds them (docs/reliability.md)");
   c->add_option("--stop-at", o.stop_at,
                 "stop after this step and write the checkpoint (the schedule stays that of the "
                 "whole run); continue later with --resume")

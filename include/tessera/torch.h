@@ -96,6 +96,19 @@ std::string cuda_unavailable_reason();
 // The liveness monitor's line once this rank is ending because another rank was lost or
 // failed (InitOptions::raise_on_peer_loss); "" before. Cheap: front ends poll it while waiting.
 std::string lost_peer_error();
+// Elastic jobs: started by `tessera run --min-np/--max-np/--host-discovery-script` (its
+// supervisor relaunches them after a lost rank or on more hosts; runtime/elastic.h has the
+// files they share). Outside one: elastic_job() is false, check_host_updates() false.
+bool elastic_job();
+int elastic_generation();
+std::string elastic_dir();
+// The last committed step, written into this rank's failure record should the job fail.
+void set_progress_step(int64_t step);
+// Collective: whether the supervisor asks this generation to restart on more hosts, as rank 0
+// read its notice (every rank gets the same answer).
+bool check_host_updates();
+// Rank 0, after the snapshot: tells the supervisor this generation ends on purpose.
+void mark_restart_for_hosts();
 int rank();
 int size();
 // Rank within this node, and ranks on this node.

@@ -83,6 +83,12 @@ void bind_process(py::module_& m) {
   m.def("cross_size", &cross_size);
   m.def("is_homogeneous", &is_homogeneous);
   m.def("step_done", &step_done, py::call_guard<py::gil_scoped_release>());
+  m.def("elastic_job", &elastic_job);
+  m.def("elastic_generation", &elastic_generation);
+  m.def("elastic_dir", &elastic_dir);
+  m.def("set_progress_step", &set_progress_step);
+  m.def("check_host_updates", &check_host_updates, py::call_guard<py::gil_scoped_release>());
+  m.def("mark_restart_for_hosts", &mark_restart_for_hosts);
   m.def("start_timeline", [](const std::string& path) { start_timeline(path); });
   m.def("stop_timeline", [] { stop_timeline(); });
   m.def("settings", [] {

@@ -18,6 +18,10 @@ import socket
 import subprocess
 import sys
 
+if not __package__:  # run as a script (the tessera binary's `tessera run`): the package beside
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tessera import supervisor  # noqa: E402
+
 # Not forwarded: what describes this shell, this host or the launcher itself (horovodrun's
 # list, env_util.IGNORE_REGEXES, and the same kind of variables). CUDA_VISIBLE_DEVICES
 # belongs to each host, as in horovodrun.
@@ -51,11 +55,14 @@ _VALUED = {"-np": "np", "--num-proc": "np", "-p": "np", "-H": "hosts", "--hosts"
            "--network-interface": "nics", "--output-filename": "output_filename",
            "--timeline-filename": "timeline", "--ssh-port": "ssh_port",
            "--ssh-identity-file": "ssh_identity_file"}
+_VALUED.update(supervisor.ELASTIC_VALUED)
 _FLAGS = {"--verbose": "verbose", "--autotune": "autotune", "-h": "help", "--help": "help"}
 USAGE = ("usage: tessera run -np N [-H host:slots,... | --hostfile FILE] [--launcher "
          "auto|mpirun|srun] [--mpi-args ARGS] [--network-interface IF[,IF]] [--output-filename "
          "DIR] [--timeline-filename FILE] [--autotune] [--ssh-port N] [--ssh-identity-file FILE] "
-         "[--verbose] PROGRAM [ARGS...]")
+         "[--verbose] [elastic: --min-np N --max-np N --max-restarts N --host-discovery-script "
+         "FILE --slots-per-host N --blacklist-cooldown-range LOW HIGH --elastic-timeout S "
+         "--elastic-dir DIR] PROGRAM [ARGS...]")
 
 
 def parse_args(argv):
@@ -64,7 +71,8 @@ def parse_args(argv):
     space is a value or an argument of the program, never taken for the program by itself."""
     opts = {"np": None, "hosts": "", "hostfile": "", "launcher": "auto", "mpi_args": "",
             "nics": "", "output_filename": "", "timeline": "", "ssh_port": "",
-            "ssh_identity_file": "", "verbose": False, "autotune": False, "help": False}
+            "ssh_identity_file": "", "verbose": False, "autotune": False, "help": False,
+            "elastic": {}}
     i = 0
     while i < len(argv):
         word = argv[i]
@@ -75,7 +83,15 @@ def parse_args(argv):
                     raise ValueError(f"{word} needs a value; {USAGE}")
                 i += 1
                 value = argv[i]
-            opts[_VALUED[key]] = value
+            if key in supervisor.ELASTIC_VALUED:
+                opts["elastic"][_VALUED[key]] = value
+            else:
+                opts[_VALUED[key]] = value
+        elif word == supervisor.ELASTIC_PAIR:
+            if i + 2 >= len(argv):
+                raise ValueError(f"{word} needs two values, LOW HIGH (seconds); {USAGE}")
+            opts["elastic"]["cooldown"] = (argv[i + 1], argv[i + 2])
+            i += 2
         elif word in _FLAGS:
             opts[_FLAGS[word]] = True
         elif word == "--":
@@ -235,11 +251,11 @@ def build(argv, env):
     opts, command = parse_args(argv)
     if opts["help"]:
         raise ValueError(USAGE)
-    if opts["np"] is None:
+    if opts["np"] is None and not opts["elastic"]:
         raise ValueError(f"-np is required; {USAGE}")
-    if not re.fullmatch(r"-?\d+", opts["np"]) or int(opts["np"]) < 1:
+    if opts["np"] is not None and (not re.fullmatch(r"-?\d+", opts["np"]) or int(opts["np"]) < 1):
         raise ValueError(f"-np must be at least 1, got {opts['np']}")
-    np = int(opts["np"])
+    np = int(opts["np"]) if opts["np"] is not None else None
     if not command:
         raise ValueError("no command to run; example: tessera run -np 2 python3 train.py")
     if opts["launcher"] not in ("auto", "mpirun", "srun"):
@@ -247,6 +263,8 @@ def build(argv, env):
     hosts = _hosts(opts)
     ignored = map_horovod_knobs(env)
     _apply_options(opts, env)
+    if opts["elastic"]:
+        return elastic_job(opts, np, hosts, command), hosts, ignored
     launcher = opts["launcher"]
     if launcher == "auto":
         launcher = "srun" if "SLURM_JOB_ID" in env and not hosts and shutil.which("srun") \
@@ -254,6 +272,22 @@ def build(argv, env):
     if launcher == "srun":
         return srun_command(np, command, opts), hosts, ignored
     return mpirun_command(np, hosts, command, env, os.cpu_count() or 1, opts), hosts, ignored
+
+
+def elastic_job(opts, np, hosts, command):
+    """(the checked elastic settings, the command of a generation as a function of its hosts,
+    ranks and environment): mpirun's, on the hosts the supervisor picks."""
+    settings = supervisor.elastic_settings(opts["elastic"], np)
+    if opts["launcher"] == "srun":
+        raise ValueError("elastic jobs run through mpirun: srun cannot start ranks on hosts "
+                         "outside its allocation; leave out --launcher srun")
+    if not hosts and not settings["discovery"]:
+        raise ValueError("an elastic job needs its hosts: --host-discovery-script FILE, -H or "
+                         "--hostfile")
+
+    def command_for(plan, ranks, env):
+        return mpirun_command(ranks, plan, command, env, os.cpu_count() or 1, opts)
+    return settings, command_for
 
 
 def with_package_path(env):
@@ -270,13 +304,19 @@ def main(argv=None):
     try:
         cmd, hosts, ignored = build(sys.argv[1:] if argv is None else argv, env)
         opts, _ = parse_args(sys.argv[1:] if argv is None else argv)
-        check_hosts(hosts, ssh_args(opts))
+        if "OMPI_MCA_plm_rsh_agent" not in env:  # mpirun reaches hosts another way
+            check_hosts(hosts, ssh_args(opts))
     except (ValueError, RuntimeError) as e:
         print(f"tessera run: {e}", file=sys.stderr)
         return 2
     if ignored:
         print(f"tessera run: warning: tessera has no equivalent of {', '.join(ignored)}; "
               "ignored (docs/python.md lists the HOROVOD_* knobs it maps)", file=sys.stderr)
+    if isinstance(cmd, tuple):
+        if shutil.which("mpirun") is None:
+            print("tessera run: mpirun is not installed (Debian: openmpi-bin)", file=sys.stderr)
+            return 2
+        return supervisor.supervise(cmd[0], hosts, cmd[1], env)
     shown = [f"{k}={env[k]}" for k in RUN_AS_ROOT if k in env]
     print("tessera run: " + " ".join(shown + [shlex.quote(c) for c in cmd]), flush=True)
     if shutil.which(cmd[0]) is None:

@@ -17,6 +17,7 @@
 #include "comm/communicator.h"
 #include "common/activity.h"
 #include "common/logging.h"
+#include "runtime/elastic.h"
 
 namespace tessera {
 namespace runtime {
@@ -133,6 +134,18 @@ std::mutex g_lost_mu;
 std::string g_lost_line;
 std::atomic<bool> g_lost{false};  // set once g_lost_line is: every op reads it, without a lock
 
+// The supervisor's record of this ending (runtime/elastic.h; nothing outside an elastic job):
+// this rank, its host and the ranks `lost` it names, with their hosts.
+void leave_record(int me, const std::vector<PeerInfo>& peers, const std::string& line,
+                  const std::vector<int>& lost) {
+  std::vector<std::pair<int, std::string>> named;
+  for (int r : lost) {
+    if (r >= 0 && r < static_cast<int>(peers.size())) named.emplace_back(r, peers[r].host);
+  }
+  const std::string host = me >= 0 && me < static_cast<int>(peers.size()) ? peers[me].host : "";
+  record_failure(me, host, line, named);
+}
+
 [[noreturn]] void end_process(const std::string& line, int code) {
   std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
@@ -196,9 +209,10 @@ class Monitor {
         if (!g_sigterm) continue;
         std::map<int, char> states;
         for (const PeerInfo& p : peers) states[p.pid] = process_state(p.pid);
-        end_process(terminated_message(me, peers, ended_on_this_host(me, peers, states),
-                                       activity::describe()),
-                    kExitTerminated);
+        const std::vector<int> ended = ended_on_this_host(me, peers, states);
+        const std::string line = terminated_message(me, peers, ended, activity::describe());
+        leave_record(me, peers, line, ended);
+        end_process(line, kExitTerminated);
       }
     }).detach();
   }
@@ -240,9 +254,10 @@ class Monitor {
     Notice n;
     if (channel_.poll_notice(&n)) {
       if (n.kind == Notice::kLost) {
-        end_process(lost_peer_message(channel_.rank(), channel_.peers(), n.rank, n.noticed_by,
-                                      n.silent_s, activity::describe()),
-                    kExitPeerLost);
+        const std::string line = lost_peer_message(channel_.rank(), channel_.peers(), n.rank,
+                                                   n.noticed_by, n.silent_s, activity::describe());
+        leave_record(channel_.rank(), channel_.peers(), line, {n.rank});
+        end_process(line, kExitPeerLost);
       }
       if (n.kind == Notice::kFailed && !failed_pending_) {
         failed_ = n;
@@ -251,9 +266,10 @@ class Monitor {
       }
     }
     if (failed_pending_ && now >= failed_deadline_) {
-      end_process(failed_peer_message(channel_.rank(), channel_.peers(), failed_.rank,
-                                      failed_.error, activity::describe()),
-                  kExitPeerLost);
+      const std::string line = failed_peer_message(channel_.rank(), channel_.peers(), failed_.rank,
+                                                   failed_.error, activity::describe());
+      leave_record(channel_.rank(), channel_.peers(), line, {failed_.rank});
+      end_process(line, kExitPeerLost);
     }
   }
 
@@ -266,6 +282,7 @@ class Monitor {
     const std::string line = lost_peer_message(channel_.rank(), channel_.peers(), dead,
                                                channel_.rank(), silent, activity::describe());
     channel_.send_notice(n, dead, std::chrono::milliseconds(1000));
+    leave_record(channel_.rank(), channel_.peers(), line, {dead});
     end_process(line, kExitPeerLost);
   }
 
@@ -273,10 +290,11 @@ class Monitor {
     // No MPI here: the launcher is tearing the job down.
     std::map<int, char> states;
     for (const PeerInfo& p : channel_.peers()) states[p.pid] = process_state(p.pid);
-    end_process(terminated_message(channel_.rank(), channel_.peers(),
-                                   ended_on_this_host(channel_.rank(), channel_.peers(), states),
-                                   activity::describe()),
-                kExitTerminated);
+    const std::vector<int> ended = ended_on_this_host(channel_.rank(), channel_.peers(), states);
+    const std::string line =
+        terminated_message(channel_.rank(), channel_.peers(), ended, activity::describe());
+    leave_record(channel_.rank(), channel_.peers(), line, ended);
+    end_process(line, kExitTerminated);
   }
 
   double timeout_s_;

@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "engine/engine.h"
 #include "engine/options.h"
+#include "runtime/elastic.h"
 #include "runtime/liveness.h"
 #include "runtime/memory_policy.h"
 #include "tune/config_file.h"
@@ -37,7 +38,8 @@ Place place_of(const comm::Communicator& w) {
 
 std::vector<SettingInfo> declared_settings() {
   // In the order of docs/knobs.md's table.
-  std::vector<SettingInfo> all = {kLogLevel.info(), kHeartbeatTimeout.info()};
+  std::vector<SettingInfo> all = {kLogLevel.info(), kHeartbeatTimeout.info(), kElasticDir.info(),
+                                  kElasticGeneration.info()};
   for (const auto& layer :
        {comm::declared_settings(), engine::declared_settings(),
         std::vector<SettingInfo>{kMallocPolicy.info()}, tune::declared_settings()}) {
@@ -83,6 +85,7 @@ Session::Session(const SessionOptions& options) : s_(std::make_unique<State>()) 
   s_->owns_mpi = !comm::is_initialized();
   try {
     s_->settings = comm::init(options.argc, options.argv, resolve_session_settings(options));
+    configure_elastic(s_->settings);
     const bool running = liveness_running();
     start_liveness(s_->settings);
     s_->owns_liveness = !running && liveness_running();

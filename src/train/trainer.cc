@@ -15,6 +15,7 @@
 #include "models/registry.h"
 #include "models/state_dict.h"
 #include "train/checkpoint.h"
+#include "train/elastic_train.h"
 #include "train/device/autocast.h"
 #include "train/device/device_feed.h"
 #include "train/device/memory_layout.h"
@@ -67,6 +68,7 @@ void validate(const TrainOptions& o) {
                 ") must divide --batch-size (", o.input.batch, "): each pass takes an equal share");
   TESSERA_CHECK(o.checkpoint_every == 0 || !o.checkpoint.empty(),
                 "--checkpoint-every needs --checkpoint FILE");
+  check_elastic_options(o);
   parse_precision(o.precision);
   parse_memory_format(o.memory_format);
   parse_compression(o.compression);
@@ -99,7 +101,8 @@ std::string describe_training_options(const TrainOptions& o) {
   s << "\n--momentum: " << o.momentum << "\n--weight-decay: " << o.weight_decay
     << "\n--seed: " << o.seed << "\n--eval-every: " << o.eval_every
     << "\n--log-every: " << o.log_every << "\n--checkpoint-every: " << o.checkpoint_every
-    << "\n--resume (given): " << !o.resume.empty() << "\n--stop-at: " << o.stop_at
+    << "\n--resume (given): " << !o.resume.empty() << "\n--elastic: " << o.elastic
+    << "\n--stop-at: " << o.stop_at
     << "\n--init-from (given): " << !o.init_from.empty() << "\n--sync-bn: " << o.sync_bn
     << "\n--spatial: " << o.spatial << "\n--precision: " << o.precision
     << "\n--loss-scale: " << o.loss_scale << "\n--device: " << o.device
@@ -136,6 +139,7 @@ class Run {
   void phase(int64_t step, const char* what) const;
 
   const TrainOptions& o_;
+  std::string resume_;  // --resume, or under --elastic the checkpoint when there is one
   const bool dist_;
   const bool root_;
   const bool talk_;  // rank 0 prints progress
@@ -204,7 +208,8 @@ Run::Run(const TrainOptions& o)
     class_weights_ = torch::tensor(o.class_weights, torch::kFloat64).to(device_, dtype_);
   }
   meta_.image_size = o.input.image_size;
-  if (!o.resume.empty()) restore(meta_);
+  resume_ = o.elastic ? elastic_resume_path(dist_, o) : o.resume;
+  if (!resume_.empty()) restore(meta_);
   place_model();
   make_distributed_optimizer();
   end_ = o.stop_at > 0 ? std::min(o.stop_at, total_) : total_;
@@ -257,17 +262,17 @@ void Run::make_distributed_optimizer() {
 void Run::restore(CheckpointMeta& meta) {
   const std::string bytes = on_root(dist_, "resume.bytes", [&] {
     try {
-      std::vector<char> b = read_file(o_.resume);
+      std::vector<char> b = read_file(resume_);
       return std::string(b.begin(), b.end());
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(std::string("--resume: ") + e.what());
     }
   });
-  start_ = restore_checkpoint(bytes, o_.resume, meta, model_->module(), *sgd_).step;
-  TESSERA_CHECK(start_ <= total_, "checkpoint '", o_.resume, "' is at step ", start_,
+  start_ = restore_checkpoint(bytes, resume_, meta, model_->module(), *sgd_).step;
+  TESSERA_CHECK(start_ <= total_, "checkpoint '", resume_, "' is at step ", start_,
                 ", past this run's ", total_, " steps");
   if (talk_) {
-    std::printf("resumed from %s at step %lld\n", o_.resume.c_str(),
+    std::printf("resumed from %s at step %lld\n", resume_.c_str(),
                 static_cast<long long>(start_));
   }
 }
@@ -292,7 +297,7 @@ void Run::place_model() {
 // collectives.
 void Run::open_outputs() {
   if (root_ && !o_.metrics.empty()) {
-    metrics_.open(o_.metrics, o_.resume.empty() ? std::ios::trunc : std::ios::app);
+    metrics_.open(o_.metrics, resume_.empty() ? std::ios::trunc : std::ios::app);
     TESSERA_CHECK(metrics_.good(), "--metrics: cannot write '", o_.metrics, "'");
   }
   tracing_ = dist_ && root_ && (!o_.timeline.empty() || timeline_active());
@@ -495,7 +500,14 @@ TrainResult Run::run() {
     if (o_.on_step) o_.on_step(done, model_->module());
     if (done % o_.log_every == 0 || done == end_) log_interval(step, lr);
     if (o_.eval_every > 0 && done % o_.eval_every == 0 && done != end_) evaluate(done);
-    if (o_.checkpoint_every > 0 && done % o_.checkpoint_every == 0 && done != end_) save(done);
+    if (o_.checkpoint_every > 0 && done % o_.checkpoint_every == 0 && done != end_) {
+      save(done);
+      if (o_.elastic && leave_for_more_hosts(done, root_)) {
+        result_.steps = done;
+        result_.left_for_more_hosts = true;
+        return result_;
+      }
+    }
   }
   activity::set_phase("training done (" + std::to_string(end_) +
                       " steps): final evaluation and checkpoint");

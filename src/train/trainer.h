@@ -40,6 +40,10 @@ struct TrainOptions {
   std::string checkpoint;  // written at the end and every checkpoint_every steps
   int64_t checkpoint_every = 0;
   std::string resume;  // a checkpoint to continue from
+  // Under `tessera run`'s supervisor (docs/reliability.md): continue from --checkpoint when it
+  // exists, and at each --checkpoint-every write, leave (exit 0) when the supervisor has found
+  // more hosts, so that it restarts the job on them (train/elastic_train.h).
+  bool elastic = false;
   // Stop after this many steps (of `steps`/`epochs`, whose schedule still applies) and write
   // the checkpoint: a run split into jobs, e.g. under a batch system's time limit. 0: never.
   int64_t stop_at = 0;
@@ -87,6 +91,9 @@ struct TrainResult {
   // Spatial: bytes rank 0 read from files during the run, and the sizes of the slide files its
   // tiles came from (summed per tile read).
   uint64_t slide_bytes_read = 0, slide_file_bytes = 0;
+  // --elastic: the run left after its checkpoint at `steps` for the supervisor to restart it on
+  // more hosts.
+  bool left_for_more_hosts = false;
 };
 
 // Checks the options (InvalidArgument naming the flag), then trains. Collective.

@@ -29,3 +29,4 @@ from tessera.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allg
                                    synchronize)
 from tessera.torch.optimizer import DistributedOptimizer
 from tessera.torch.sync_batch_norm import SyncBatchNorm
+from tessera.torch import elastic  # noqa: E402,F401  (Horovod: hvd.elastic.run, TorchState, ...)
