@@ -5,7 +5,8 @@ one (hvd.elastic.run, TorchState, ElasticSampler), in f64 so that runs compare b
                      [--kill-every-generation] [--stop-at-commit N] [--step-delay S]
 
   --kill-rank/--kill-at-commit: in generation 0 (every generation with --kill-every-generation;
-      R = -1: the last rank), rank R kills itself (SIGKILL) a second after commit C;
+      R = -1: the last rank), rank R kills itself (SIGKILL) a second after the generation's
+      C-th commit;
   --stop-at-commit N: leave after commit N as if for more hosts (the reference runs of the
       test: a job that changes size at a chosen commit);
   rank 0 prints "commit K step-time T" per commit, and per epoch whether every sample was
@@ -63,10 +64,15 @@ if args.kill_rank is not None and (generation == 0 or args.kill_every_generation
     kill_rank = args.kill_rank % hvd.size()
 
 
+commits_here = 0  # this generation's
+
+
 def after_commit(commits):
+    global commits_here
+    commits_here += 1
     if hvd.rank() == 0:
         print(f"commit {commits} step-time {time.time():.3f} ranks {hvd.size()}", flush=True)
-    if kill_rank == hvd.rank() and commits == args.kill_at_commit:
+    if kill_rank == hvd.rank() and commits_here == args.kill_at_commit:
         time.sleep(1.0)  # the others wait for it in the next step
         print(f"rank {hvd.rank()} kills itself at {time.time():.3f}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -102,6 +102,7 @@ std::string lost_peer_error();
 bool elastic_job();
 int elastic_generation();
 std::string elastic_dir();
+int elastic_snapshot_every();  // TESSERA_ELASTIC_SNAPSHOT_EVERY
 // The last committed step, written into this rank's failure record should the job fail.
 void set_progress_step(int64_t step);
 // Collective: whether the supervisor asks this generation to restart on more hosts, as rank 0

@@ -86,6 +86,7 @@ void bind_process(py::module_& m) {
   m.def("elastic_job", &elastic_job);
   m.def("elastic_generation", &elastic_generation);
   m.def("elastic_dir", &elastic_dir);
+  m.def("elastic_snapshot_every", &elastic_snapshot_every);
   m.def("set_progress_step", &set_progress_step);
   m.def("check_host_updates", &check_host_updates, py::call_guard<py::gil_scoped_release>());
   m.def("mark_restart_for_hosts", &mark_restart_for_hosts);

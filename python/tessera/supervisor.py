@@ -263,11 +263,11 @@ class Supervisor:
             if planned:
                 return planned
             cooling = self.book.cooling(now)
+            cool = ", ".join(f"{h} ({t:.0f} s)" for h, t in sorted(cooling.items()))
             have = sum(s for _, s in usable)
             line = (f"waiting for {self.s['min_np']} slots (--min-np): {have} usable on "
                     f"{', '.join(h for h, _ in usable) or 'no host'}" +
-                    (f"; in cool-down: {', '.join(f'{h} ({t:.0f} s)' for h, t in sorted(cooling.items()))}"
-                     if cooling else ""))
+                    (f"; in cool-down: {cool}" if cooling else ""))
             more_may_come = self.s["discovery"] or any(
                 t < deadline - now for t in cooling.values())
             if not more_may_come or now >= deadline:

@@ -16,6 +16,7 @@ namespace {
 
 std::string g_dir;
 int g_generation = 0;
+int g_snapshot_every = 1;
 std::atomic<int64_t> g_step{-1};
 
 }  // namespace
@@ -65,11 +66,13 @@ std::string restart_marker_path(const std::string& dir, int generation) {
 void configure_elastic(const SettingValues& settings) {
   g_dir = kElasticDir.get(settings);
   g_generation = static_cast<int>(kElasticGeneration.get(settings));
+  g_snapshot_every = static_cast<int>(kElasticSnapshotEvery.get(settings));
 }
 
 bool elastic_enabled() { return !g_dir.empty(); }
 const std::string& elastic_dir() { return g_dir; }
 int elastic_generation() { return g_generation; }
+int elastic_snapshot_every() { return g_snapshot_every; }
 void set_progress_step(int64_t step) { g_step = step; }
 int64_t progress_step() { return g_step.load(); }
 

@@ -34,6 +34,11 @@ inline constexpr TextSetting kElasticDir{
 inline constexpr IntSetting kElasticGeneration{
     "TESSERA_ELASTIC_GENERATION", 0, 0, 1000000,
     "set by `tessera run`'s supervisor: how many times it has launched this job before"};
+inline constexpr IntSetting kElasticSnapshotEvery{
+    "TESSERA_ELASTIC_SNAPSHOT_EVERY", 1, 1, 1000000,
+    "tessera.torch.elastic: rank 0 writes the committed state to the elastic folder every this "
+    "many commits (a restart returns to the last one written; the survivors of a lost rank try "
+    "to write theirs on the way out)"};
 
 // What a rank knows when it ends because of another one.
 struct FailureRecord {
@@ -60,6 +65,7 @@ void configure_elastic(const SettingValues& settings);
 bool elastic_enabled();
 const std::string& elastic_dir();
 int elastic_generation();
+int elastic_snapshot_every();
 // The program's progress, written into failure records: the last committed step.
 void set_progress_step(int64_t step);
 int64_t progress_step();

@@ -39,7 +39,7 @@ Place place_of(const comm::Communicator& w) {
 std::vector<SettingInfo> declared_settings() {
   // In the order of docs/knobs.md's table.
   std::vector<SettingInfo> all = {kLogLevel.info(), kHeartbeatTimeout.info(), kElasticDir.info(),
-                                  kElasticGeneration.info()};
+                                  kElasticGeneration.info(), kElasticSnapshotEvery.info()};
   for (const auto& layer :
        {comm::declared_settings(), engine::declared_settings(),
         std::vector<SettingInfo>{kMallocPolicy.info()}, tune::declared_settings()}) {

@@ -10,6 +10,7 @@ namespace tessera {
 bool elastic_job() { return runtime::elastic_enabled(); }
 int elastic_generation() { return runtime::elastic_generation(); }
 std::string elastic_dir() { return runtime::elastic_dir(); }
+int elastic_snapshot_every() { return runtime::elastic_snapshot_every(); }
 void set_progress_step(int64_t step) { runtime::set_progress_step(step); }
 
 // Rank 0's reading decides: the notice may land between two ranks' reads of a shared folder.

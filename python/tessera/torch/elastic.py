@@ -59,14 +59,6 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
-def _snapshot_every():
-    text = os.environ.get("TESSERA_ELASTIC_SNAPSHOT_EVERY", "1")
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"TESSERA_ELASTIC_SNAPSHOT_EVERY must be a whole number >= 1 "
-                         f"(commits between snapshots), got '{text}'")
-    return int(text)
-
-
 class ElasticSampler(torch.utils.data.Sampler):
     """Horovod's ElasticSampler, without repeats: each epoch's shuffled order (seed + epoch),
     less the samples already processed, is dealt to the ranks in turn, so each rank's share
@@ -148,7 +140,8 @@ class State:
         self._commits += 1
         self.save()
         _C.set_progress_step(self._commits)
-        if _C.elastic_job() and self._commits % _snapshot_every() == 0 and rank() == 0:
+        every = _C.elastic_snapshot_every()
+        if _C.elastic_job() and self._commits % every == 0 and rank() == 0:
             self._write_snapshot()
         self.check_host_updates()
 
@@ -306,6 +299,8 @@ def run(func):
             if rank() == 0:
                 state._write_snapshot()
                 _C.mark_restart_for_hosts()
+                print(f"tessera elastic: leaving at commit {state._commits} to restart on more "
+                      "hosts", flush=True)
             basics.shutdown()
             raise SystemExit(0)
         except HorovodInternalError as e:
