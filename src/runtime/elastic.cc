@@ -24,8 +24,9 @@ std::atomic<int64_t> g_step{-1};
 std::string encode_failure_record(const FailureRecord& r) {
   nlohmann::json lost = nlohmann::json::array();
   for (const auto& [rank, host] : r.lost) lost.push_back({{"rank", rank}, {"host", host}});
-  const nlohmann::json j = {{"generation", r.generation}, {"rank", r.rank}, {"host", r.host},
-                            {"step", r.step},             {"reason", r.reason}, {"lost", lost}};
+  const nlohmann::json j = {
+      {"generation", r.generation}, {"rank", r.rank}, {"host", r.host}, {"step", r.step},
+      {"reason", r.reason},         {"lost", lost}};
   return j.dump() + "\n";
 }
 
@@ -83,16 +84,16 @@ void record_failure(int rank, const std::string& host, const std::string& reason
     FailureRecord r{g_generation, rank, host, g_step.load(), reason, lost};
     ::mkdir((g_dir + "/failures").c_str(), 0755);  // the supervisor made it; a race is harmless
     const std::string text = encode_failure_record(r);
-    write_file_atomically(failure_record_path(g_dir, g_generation, rank), text.data(),
-                          text.size());
+    write_file_atomically(failure_record_path(g_dir, g_generation, rank), text.data(), text.size());
   } catch (...) {
     // The process is ending; the supervisor falls back to mpirun's own report.
   }
 }
 
 void mark_restart_for_hosts() {
-  TESSERA_CHECK(!g_dir.empty(), "no elastic folder: the job was not started by `tessera run "
-                                "--min-np/--max-np/--host-discovery-script`");
+  TESSERA_CHECK(!g_dir.empty(),
+                "no elastic folder: the job was not started by `tessera run "
+                "--min-np/--max-np/--host-discovery-script`");
   const std::string text = std::to_string(g_generation) + "\n";
   write_file_atomically(restart_marker_path(g_dir, g_generation), text.data(), text.size());
 }

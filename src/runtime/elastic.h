@@ -25,10 +25,7 @@ namespace tessera {
 namespace runtime {
 
 inline constexpr TextSetting kElasticDir{
-    "TESSERA_ELASTIC_DIR",
-    "",
-    "none",
-    "a folder every host and the launcher share",
+    "TESSERA_ELASTIC_DIR", "", "none", "a folder every host and the launcher share",
     "set by `tessera run --min-np/--max-np/...` (its supervisor) for the ranks: where they leave "
     "failure records and learn of new hosts (`docs/reliability.md`)"};
 inline constexpr IntSetting kElasticGeneration{

@@ -1,8 +1,9 @@
 // The public API's elastic calls (include/tessera/torch.h) over runtime/elastic.h: what both
 // front ends (tessera.torch.elastic and `tessera train --elastic`) call at each commit.
+#include "runtime/elastic.h"
+
 #include <torch/torch.h>
 
-#include "runtime/elastic.h"
 #include "tessera/torch.h"
 
 namespace tessera {
@@ -16,8 +17,8 @@ void set_progress_step(int64_t step) { runtime::set_progress_step(step); }
 // Rank 0's reading decides: the notice may land between two ranks' reads of a shared folder.
 bool check_host_updates() {
   if (!runtime::elastic_enabled()) return false;
-  const bool mine = rank() == 0 &&
-                    runtime::hosts_update_pending(runtime::elastic_dir(), elastic_generation());
+  const bool mine =
+      rank() == 0 && runtime::hosts_update_pending(runtime::elastic_dir(), elastic_generation());
   torch::Tensor flag = torch::tensor({mine ? 1 : 0}, torch::kInt32);
   if (size() > 1) broadcast_(flag, 0, "tessera.elastic.hosts_updated");
   return flag.item<int32_t>() != 0;

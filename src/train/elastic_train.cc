@@ -32,9 +32,10 @@ bool leave_for_more_hosts(int64_t steps_done, bool root) {
   if (!check_host_updates()) return false;
   if (root) {
     mark_restart_for_hosts();
-    std::printf("elastic: the supervisor found more hosts; leaving after the checkpoint of step "
-                "%lld to restart on them\n",
-                static_cast<long long>(steps_done));
+    std::printf(
+        "elastic: the supervisor found more hosts; leaving after the checkpoint of step "
+        "%lld to restart on them\n",
+        static_cast<long long>(steps_done));
     std::fflush(stdout);
   }
   return true;

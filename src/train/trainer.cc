@@ -15,12 +15,12 @@
 #include "models/registry.h"
 #include "models/state_dict.h"
 #include "train/checkpoint.h"
-#include "train/elastic_train.h"
 #include "train/device/autocast.h"
 #include "train/device/device_feed.h"
 #include "train/device/memory_layout.h"
 #include "train/device/mixed_precision.h"
 #include "train/device/run_device.h"
+#include "train/elastic_train.h"
 #include "train/on_root.h"
 #include "train/pictures.h"
 #include "train/schedule.h"
@@ -102,12 +102,11 @@ std::string describe_training_options(const TrainOptions& o) {
     << "\n--seed: " << o.seed << "\n--eval-every: " << o.eval_every
     << "\n--log-every: " << o.log_every << "\n--checkpoint-every: " << o.checkpoint_every
     << "\n--resume (given): " << !o.resume.empty() << "\n--elastic: " << o.elastic
-    << "\n--stop-at: " << o.stop_at
-    << "\n--init-from (given): " << !o.init_from.empty() << "\n--sync-bn: " << o.sync_bn
-    << "\n--spatial: " << o.spatial << "\n--precision: " << o.precision
-    << "\n--loss-scale: " << o.loss_scale << "\n--device: " << o.device
-    << "\n--memory-format: " << o.memory_format << "\n--cudnn-benchmark: " << o.cudnn_benchmark
-    << "\n--output-stride: " << o.output_stride
+    << "\n--stop-at: " << o.stop_at << "\n--init-from (given): " << !o.init_from.empty()
+    << "\n--sync-bn: " << o.sync_bn << "\n--spatial: " << o.spatial
+    << "\n--precision: " << o.precision << "\n--loss-scale: " << o.loss_scale
+    << "\n--device: " << o.device << "\n--memory-format: " << o.memory_format
+    << "\n--cudnn-benchmark: " << o.cudnn_benchmark << "\n--output-stride: " << o.output_stride
     << "\n--backward-passes-per-step: " << o.backward_passes_per_step << "\n--groups: " << o.groups
     << "\n--compression: " << o.compression << "\n";
   return s.str();
@@ -272,8 +271,7 @@ void Run::restore(CheckpointMeta& meta) {
   TESSERA_CHECK(start_ <= total_, "checkpoint '", resume_, "' is at step ", start_,
                 ", past this run's ", total_, " steps");
   if (talk_) {
-    std::printf("resumed from %s at step %lld\n", resume_.c_str(),
-                static_cast<long long>(start_));
+    std::printf("resumed from %s at step %lld\n", resume_.c_str(), static_cast<long long>(start_));
   }
 }
 

@@ -27,8 +27,8 @@ std::string slurp(const std::string& path) {
 }
 
 TEST(ElasticRecord, RoundTripsEveryField) {
-  FailureRecord r{3, 2, "h1", 41, "rank 2: rank 3 (host h1) stopped \"answering\"",
-                  {{3, "h1"}, {0, "h0"}}};
+  FailureRecord r{
+      3, 2, "h1", 41, "rank 2: rank 3 (host h1) stopped \"answering\"", {{3, "h1"}, {0, "h0"}}};
   const FailureRecord back = decode_failure_record(encode_failure_record(r), "x");
   EXPECT_EQ(back.generation, 3);
   EXPECT_EQ(back.rank, 2);
