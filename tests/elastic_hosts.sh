@@ -6,6 +6,8 @@
 #              was processed once, and the model equals, bit for bit, a reference that ran 4
 #              ranks to commit 4 and 2 ranks from there; the time from the kill to the first
 #              step after the restart is printed
+#   same       3 hosts, --max-np 4: rank 3 (h1) dies, generation 1 runs 4 ranks on h0 and h2, and
+#              the model equals an uninterrupted 4-rank run's bit for bit
 #   grow       the job starts on h0 alone; h1 appears in the discovery script's output mid-run:
 #              the next generation runs on 4 ranks from the commit that saw the notice
 #   below      --min-np 4 and a rank of h1 dies: the job ends within 30 s with the line saying
@@ -18,7 +20,7 @@
 set -uo pipefail
 tessera=$(realpath "$1") out=$2
 shift 2
-scenarios=${*:-kill grow below restarts supervisor train}
+scenarios=${*:-kill same grow below restarts supervisor train}
 here=$(cd "$(dirname "$0")/.." && pwd)
 # The ranks the references start without `tessera run` import the build tree's package.
 export PYTHONPATH=$(cd "$(dirname "$tessera")/../../python" && pwd)${PYTHONPATH:+:$PYTHONPATH}
@@ -90,6 +92,21 @@ for scenario in $scenarios; do
     first=$(grep "ranks 2$" "$log" | head -1 | grep -o "step-time [0-9.]*" | grep -o "[0-9.]*$")
     took=$("$PY" -c "print(f'{$first - $killed:.1f}')")
     echo "kill: time to recover (kill to the first step after the restart): $took s"
+    ;;
+  same)
+    printf 'h0:2\nh1:2\nh2:2\n' > "$dir/hosts"
+    elastic_run 3 --min-np 2 --max-np 4 --host-discovery-script "$(discovery "$dir/hosts")" \
+      --elastic-dir "$dir/elastic" "$PY" "$train_py" "$dir/model.pt" --kill-rank 3 \
+      --kill-at-commit 4 > "$log" 2>&1 || fail "exit $?"
+    grep -q "generation 1: 4 ranks on h0:2, h2:2" "$log" || fail "no restart on h0 and h2"
+    ref=$dir/reference
+    mkdir -p "$ref"
+    "$hosts" --hosts 2 --slots 2 -- -np 4 -x OMP_NUM_THREADS -x TESSERA_FUSION_THRESHOLD \
+      -x PYTHONPATH "$PY" "$train_py" "$ref/model.pt" > "$ref/log" 2>&1 || fail "reference failed"
+    compared=$(same_model "$dir/model.pt" "$ref/model.pt") ||
+      fail "the model differs from the uninterrupted run: $compared"
+    echo "same: restored $(grep -o "restored commit [0-9]*" "$log") at 4 ranks on h0 and h2;" \
+      "against the uninterrupted 4-rank run: $compared"
     ;;
   grow)
     printf 'h0:2\n' > "$dir/hosts"

@@ -154,8 +154,10 @@ def test_sampler_epochs_differ_and_set_epoch_starts_afresh(monkeypatch):
 
 
 def test_horovods_names_are_there():
-    for name in ("run", "TorchState", "ElasticSampler", "HostsUpdatedInterrupt", "State"):
+    for name in ("run", "TorchState", "ElasticSampler", "HostsUpdatedInterrupt", "State",
+                 "HorovodInternalError"):
         assert hasattr(hvd.elastic, name)
+    assert hvd.elastic.HorovodInternalError is hvd.HorovodInternalError
     assert issubclass(hvd.elastic.HostsUpdatedInterrupt, RuntimeError)
     assert hvd.elastic.HostsUpdatedInterrupt(skip_sync=True).skip_sync
 
