@@ -8,7 +8,8 @@
 #              step after the restart is printed
 #   same       3 hosts, --max-np 4: rank 3 (h1) dies, generation 1 runs 4 ranks on h0 and h2, and
 #              the model equals an uninterrupted 4-rank run's bit for bit
-#   grow       the job starts on h0 alone; h1 appears in the discovery script's output mid-run:
+#   grow       discovery first shows 1 slot: the supervisor says it waits for --min-np 2; then
+#              h0 alone (2 slots): the job starts; h1 appears in the discovery output mid-run:
 #              the next generation runs on 4 ranks from the commit that saw the notice
 #   below      --min-np 4 and a rank of h1 dies: the job ends within 30 s with the line saying
 #              why, and no process of it is left
@@ -109,11 +110,15 @@ for scenario in $scenarios; do
       "against the uninterrupted 4-rank run: $compared"
     ;;
   grow)
-    printf 'h0:2\n' > "$dir/hosts"
+    printf 'h0:1\n' > "$dir/hosts"
     elastic_run 2 --min-np 2 --max-np 4 --host-discovery-script "$(discovery "$dir/hosts")" \
       --elastic-dir "$dir/elastic" "$PY" "$train_py" "$dir/model.pt" --step-delay 0.3 \
       > "$log" 2>&1 &
     job=$!
+    for _ in $(seq 1 60); do grep -q "waiting for 2 slots" "$log" && break; sleep 0.5; done
+    grep -q "waiting for 2 slots (--min-np): 1 usable on h0" "$log" || fail "no line saying so"
+    grep -q "generation 0" "$log" && fail "started below --min-np"
+    printf 'h0:2\n' > "$dir/hosts"
     for _ in $(seq 1 120); do grep -q "^commit 3 " "$log" && break; sleep 0.5; done
     printf 'h0:2\nh1:2\n' > "$dir/hosts"
     wait $job || fail "exit $?"

@@ -109,3 +109,36 @@ def test_bad_arguments_fail_clearly(capsys):
     assert "-np must be at least 1" in capsys.readouterr().err
     assert run.main(["-np", "2"]) == 2
     assert "no command to run" in capsys.readouterr().err
+
+
+def test_elastic_options_make_a_supervised_job():
+    """Horovod's elastic options take `tessera run` to its supervisor: build returns the checked
+    settings and the command of a generation, mpirun's on the hosts the supervisor picks."""
+    env = {"PATH": "/bin"}
+    job, hosts, _ = run.build(["--min-np", "2", "--max-np=4", "--max-restarts", "3",
+                               "--host-discovery-script", "./hosts.sh", "--slots-per-host", "2",
+                               "--blacklist-cooldown-range", "10", "100", "--elastic-timeout",
+                               "30", "--elastic-dir", "/shared/e", "python3", "t.py", "--x"], env)
+    settings, command_for = job
+    assert hosts == []
+    assert settings == {"min_np": 2, "max_np": 4, "max_restarts": 3, "discovery": "./hosts.sh",
+                        "slots_per_host": 2, "elastic_timeout": 30, "elastic_dir": "/shared/e",
+                        "cooldown": (10, 100)}
+    cmd = command_for([("h0", 2), ("h1", 1)], 3, {"PATH": "/bin", "TESSERA_ELASTIC_DIR": "/e"})
+    assert cmd[:3] == ["mpirun", "-np", "3"]
+    assert cmd[cmd.index("-H") + 1] == "h0:2,h1:1"
+    assert [cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"] == ["PATH", "TESSERA_ELASTIC_DIR"]
+    assert cmd[-3:] == ["python3", "t.py", "--x"]
+    # -np alone is --min-np's default; fixed hosts stand in for discovery.
+    (settings, _), hosts, _ = run.build(["-np", "2", "--max-np", "4", "-H", "a:2,b:2",
+                                         "python3", "t.py"], {})
+    assert settings["min_np"] == 2 and hosts == [("a", 2), ("b", 2)]
+    for argv, message in [
+            (["--min-np", "2", "python3", "t.py"], "needs its hosts"),
+            (["--min-np", "2", "-H", "a:2", "--launcher", "srun", "p"], "through mpirun"),
+            (["--min-np", "2", "-H", "a", "--blacklist-cooldown-range", "5"], "two values"),
+            (["--min-np", "2", "-H", "a", "--blacklist-cooldown-range", "5", "x", "p"],
+             "LOW HIGH"),
+            (["--max-np", "2", "-H", "a", "p"], "needs --min-np")]:
+        with pytest.raises(ValueError, match=message):
+            run.build(argv, {})
