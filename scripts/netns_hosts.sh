@@ -45,7 +45,26 @@ command -v unshare > /dev/null || skip "needs util-linux's unshare"
 tag=t$(( $$ % 100000 ))
 octet=$(( $$ % 250 + 1 ))
 ns() { echo "${tag}h$1"; }  # host h is namespace ${tag}h<h>, host name h<h>
+# Processes still inside the hosts' namespaces (a daemon mpirun started on h1, ranks whose
+# launcher died) get DRAIN_S seconds to end by themselves, with the switch still up, and are
+# then killed, said on stderr: deleting the switch under a running job would cut its hosts
+# apart and leave mpirun waiting forever for a daemon it can no longer reach.
+DRAIN_S=${NETNS_DRAIN_S:-20}
+drain() {
+  local deadline=$((SECONDS + DRAIN_S)) left h
+  while :; do
+    left=$(for ((h = 0; h < hosts; ++h)); do ip netns pids "$(ns $h)" 2> /dev/null; done)
+    [[ -z $left ]] && return 0
+    ((SECONDS >= deadline)) && break
+    sleep 0.5
+  done
+  echo "netns_hosts.sh: $(echo $left | wc -w) processes still in the hosts' namespaces" \
+       "$DRAIN_S s after the command ended: killed" >&2
+  kill -9 $left 2> /dev/null
+  sleep 0.5
+}
 cleanup() {
+  drain
   for ((h = 0; h < hosts; ++h)); do
     ip netns del "$(ns $h)" 2> /dev/null
     rm -rf "/etc/netns/$(ns $h)"

@@ -256,6 +256,8 @@ class Supervisor:
         deadline = time.monotonic() + self.s["elastic_timeout"]
         said = None
         while True:
+            if self.stopping:
+                raise Stop("stopped by a signal while waiting for hosts")
             found = self.discover()
             now = time.monotonic()
             usable = self.book.usable(found, now)

@@ -211,13 +211,22 @@ std::shared_ptr<void> map_segment(int fd, size_t bytes, std::string unlink_name)
 
 }  // namespace
 
+// Segments made by this process, by every FakeDevice in it: a name is never made twice here.
+std::atomic<uint64_t> g_shared_made{0};
+
 SharedMemory FakeDevice::allocate_shared(size_t bytes) {
   bytes = std::max<size_t>(bytes, 256);
   SharedHeader h{};
   h.bytes = bytes;
   std::snprintf(h.name, sizeof(h.name), "/tessera-fake-%d-%llu", static_cast<int>(getpid()),
-                static_cast<unsigned long long>(shared_made_++));
-  const int fd = shm_open(h.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+                static_cast<unsigned long long>(g_shared_made++));
+  int fd = shm_open(h.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    // A segment under this pid can only be a dead process's (the pid was reused after it was
+    // killed before unlinking): no living process but this one makes names with this pid.
+    shm_unlink(h.name);
+    fd = shm_open(h.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  }
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const int err = errno;
     if (fd >= 0) {

@@ -38,7 +38,8 @@ class FakeDevice : public Device {
   std::shared_ptr<void> allocate_host(size_t bytes) override;
   // POSIX shared memory (shm_open), so ranks on one machine read each other's "device" memory
   // as CUDA IPC lets them. The name is unlinked when the owner frees it; a crashed process
-  // leaves its segments in /dev/shm (tessera-fake-<pid>-*).
+  // leaves its segments in /dev/shm (tessera-fake-<pid>-*), which a later process given the same
+  // pid replaces.
   bool shares_memory() const override { return true; }
   SharedMemory allocate_shared(size_t bytes) override;
   std::shared_ptr<void> open_shared(const std::vector<char>& handle) override;
@@ -61,7 +62,6 @@ class FakeDevice : public Device {
   FakeDeviceOptions options_;
   int index_;
   std::atomic<uint64_t> streams_made_{0};
-  std::atomic<uint64_t> shared_made_{0};
   std::atomic<uint64_t> ops_run_{0};
   std::atomic<uint64_t> allocations_{0};
   std::atomic<bool> held_{false};

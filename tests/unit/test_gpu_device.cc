@@ -1,7 +1,10 @@
 // The device interface: every implementation (host, fake, CUDA where a GPU exists) computes the
 // batched copy and the reductions exactly as the host's kernels do, for every dtype and op; the
 // fake device is truly asynchronous (events order the work, failures travel to the events).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -210,6 +213,24 @@ TEST(FakeDevice, SharedMemoryOpensFromItsHandle) {
   const std::vector<char> handle = m.handle;
   m.memory.reset();
   EXPECT_THROW(fake.open_shared(handle), DeviceError);
+}
+
+// A process killed before freeing its segments leaves them in /dev/shm; a later process given the
+// same pid (mpi_torch_device_np4 once met one in make test) must not fail on the name.
+TEST(FakeDevice, ADeadProcessesSegmentUnderThisPidIsReplaced) {
+  FakeDevice fake({0, 0, 1});
+  SharedMemory first = fake.allocate_shared(256);
+  // The next name this process will make: the same pid, the counter one up.
+  const std::string made(first.handle.data() + sizeof(uint64_t));
+  const size_t dash = made.rfind('-');
+  const std::string stale =
+      made.substr(0, dash + 1) + std::to_string(std::stoull(made.substr(dash + 1)) + 1);
+  const int fd = shm_open(stale.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0) << stale;
+  close(fd);
+  SharedMemory second = fake.allocate_shared(256);  // threw "File exists" before
+  std::memcpy(second.memory.get(), "fresh", 6);
+  EXPECT_STREQ(static_cast<const char*>(fake.open_shared(second.handle).get()), "fresh");
 }
 
 TEST(GpuDevice, TheHostDeviceSharesNoMemory) {
