@@ -106,7 +106,7 @@ for scenario in $scenarios; do
       -x PYTHONPATH "$PY" "$train_py" "$ref/model.pt" > "$ref/log" 2>&1 || fail "reference failed"
     compared=$(same_model "$dir/model.pt" "$ref/model.pt") ||
       fail "the model differs from the uninterrupted run: $compared"
-    echo "same: restored $(grep -o "restored commit [0-9]*" "$log") at 4 ranks on h0 and h2;" \
+    echo "same: $(grep -o "restored commit [0-9]*" "$log") at 4 ranks on h0 and h2;" \
       "against the uninterrupted 4-rank run: $compared"
     ;;
   grow)
