@@ -15,7 +15,8 @@
 #              why, and no process of it is left
 #   restarts   a rank dies in every generation: --max-restarts 1 ends it with the count and the
 #              last failure
-#   supervisor the supervisor is killed (SIGKILL) mid-run: no rank is left
+#   supervisor the supervisor is killed (SIGKILL) mid-run: no rank is left; then one is sent
+#              SIGTERM: it ends the job, says so and exits 3, no rank left
 #   train      the kill test through `tessera train --elastic` (checkpoints every 3 steps)
 # Usage: tests/elastic_hosts.sh TESSERA_BINARY OUT_DIR [SCENARIO...]    (exit 77: no namespaces)
 set -uo pipefail
@@ -176,6 +177,22 @@ for scenario in $scenarios; do
     # The hosts' namespaces emptied by themselves (netns_hosts.sh kills what is left after 20 s).
     grep -q "processes still in the hosts' namespaces" "$log" && fail "processes were left"
     echo "supervisor: killed (SIGKILL) at commit 2; mpirun and every rank gone ${gone} ms later"
+    log=$dir/term.log
+    elastic_run 2 --min-np 2 --max-np 4 --host-discovery-script "$(discovery "$dir/hosts")" \
+      --elastic-dir "$dir/term" "$PY" "$train_py" "$dir/term.pt" --step-delay 0.3 \
+      --epochs 50 > "$log" 2>&1 &
+    job=$!
+    for _ in $(seq 1 120); do grep -q "^commit 2 " "$log" && break; sleep 0.5; done
+    sup=$(pgrep -f -- "tessera/run.py .*--elastic-dir $dir/term" | head -1)
+    [[ -n $sup ]] || fail "no supervisor found"
+    kill -TERM "$sup"
+    no_process_left "$dir/term.pt" || fail "ranks outlived the supervisor's SIGTERM"
+    wait $job
+    rc=$?
+    [[ $rc -eq 3 ]] || fail "exit $rc after SIGTERM, not the supervisor's 3"
+    grep -q "stopped by a signal; generation 0 ended" "$log" || fail "no line saying so"
+    grep -q "generation 1" "$log" && fail "relaunched after SIGTERM"
+    echo "supervisor: SIGTERM at commit 2: the job ended, exit 3, no rank left"
     ;;
   train)
     printf 'h0:2\nh1:2\n' > "$dir/hosts"
