@@ -13,6 +13,8 @@
 #              the next generation runs on 4 ranks from the commit that saw the notice
 #   below      --min-np 4 and a rank of h1 dies: the job ends within 30 s with the line saying
 #              why, and no process of it is left
+#   error      rank 1 (host h0) raises an exception after commit 3: its own record names it, h0
+#              is set aside, and the job finishes on h1 from commit 3
 #   restarts   a rank dies in every generation: --max-restarts 1 ends it with the count and the
 #              last failure
 #   supervisor the supervisor is killed (SIGKILL) mid-run: no rank is left; then one is sent
@@ -22,7 +24,7 @@
 set -uo pipefail
 tessera=$(realpath "$1") out=$2
 shift 2
-scenarios=${*:-kill same grow below restarts supervisor train}
+scenarios=${*:-kill same grow below error restarts supervisor train}
 here=$(cd "$(dirname "$0")/.." && pwd)
 # The ranks the references start without `tessera run` import the build tree's package.
 export PYTHONPATH=$(cd "$(dirname "$tessera")/../../python" && pwd)${PYTHONPATH:+:$PYTHONPATH}
@@ -148,6 +150,18 @@ for scenario in $scenarios; do
     took=$("$PY" -c "print(f'{$ended - $killed:.1f}')")
     "$PY" -c "import sys; sys.exit(0 if $took < 30 else 1)" || fail "took $took s"
     echo "below: ended $took s after the kill: $(grep -o 'stopped: fewer.*' "$log")"
+    ;;
+  error)
+    printf 'h0:2\nh1:2\n' > "$dir/hosts"
+    elastic_run 2 --min-np 2 --max-np 4 --host-discovery-script "$(discovery "$dir/hosts")" \
+      --elastic-dir "$dir/elastic" "$PY" "$train_py" "$dir/model.pt" --raise-rank 1 \
+      --raise-at-commit 3 > "$log" 2>&1 || fail "exit $?"
+    cause="rank 1 on h0 failed after step 3: rank 1 failed: ValueError: rank 1: a planted bug"
+    line=$(grep -o "generation 0 failed (mpirun exit [0-9]*): $cause at commit 3" "$log") ||
+      fail "the failure is not the exception of rank 1"
+    grep -q "generation 1: 2 ranks on h1:2" "$log" || fail "no restart on h1"
+    grep -q "restored commit 3" "$log" || fail "not from commit 3"
+    echo "error: $line; generation 1 on h1 from commit 3"
     ;;
   restarts)
     printf 'h0:2\nh1:2\n' > "$dir/hosts"

@@ -7,6 +7,8 @@ one (hvd.elastic.run, TorchState, ElasticSampler), in f64 so that runs compare b
   --kill-rank/--kill-at-commit: in generation 0 (every generation with --kill-every-generation;
       R = -1: the last rank), rank R kills itself (SIGKILL) a second after the generation's
       C-th commit;
+  --raise-rank R --raise-at-commit C: in generation 0, rank R raises ValueError after commit C
+      (a bug in one rank, not a lost one);
   --stop-at-commit N: leave after commit N as if for more hosts (the reference runs of the
       test: a job that changes size at a chosen commit);
   rank 0 prints "commit K step-time T" per commit, and per epoch whether every sample was
@@ -31,6 +33,8 @@ p.add_argument("--epochs", type=int, default=2)
 p.add_argument("--kill-rank", type=int, default=None)
 p.add_argument("--kill-at-commit", type=int, default=0)
 p.add_argument("--kill-every-generation", action="store_true")
+p.add_argument("--raise-rank", type=int, default=None)
+p.add_argument("--raise-at-commit", type=int, default=0)
 p.add_argument("--stop-at-commit", type=int, default=0)
 p.add_argument("--step-delay", type=float, default=0.0)
 args = p.parse_args()
@@ -76,6 +80,8 @@ def after_commit(commits):
         time.sleep(1.0)  # the others wait for it in the next step
         print(f"rank {hvd.rank()} kills itself at {time.time():.3f}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
+    if generation == 0 and args.raise_rank == hvd.rank() and commits == args.raise_at_commit:
+        raise ValueError(f"rank {hvd.rank()}: a planted bug at commit {commits}")
     if commits == args.stop_at_commit:
         raise hvd.elastic.HostsUpdatedInterrupt()
 

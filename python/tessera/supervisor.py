@@ -159,6 +159,11 @@ def lost_hosts(records, mpirun_lines, plan):
         return set(), ("no rank was named as lost" + at +
                         (f"; the ranks said: {reasons[0]}" if reasons else ""))
     who = ", ".join(f"rank {k} on {v}" for k, v in sorted(named.items()))
+    # A rank that failed of itself names itself in its own record: its reason is the cause.
+    own = sorted((r["rank"], r["reason"]) for r in records
+                 if any(lost["rank"] == r["rank"] for lost in r.get("lost", [])))
+    if own:
+        return set(named.values()), f"{who} failed{at}: {own[0][1][:300]}"
     return set(named.values()), f"lost {who}{at} ({how})"
 
 

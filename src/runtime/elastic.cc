@@ -1,6 +1,7 @@
 #include "runtime/elastic.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <fstream>
@@ -80,14 +81,22 @@ int64_t progress_step() { return g_step.load(); }
 void record_failure(int rank, const std::string& host, const std::string& reason,
                     const std::vector<std::pair<int, std::string>>& lost) {
   if (g_dir.empty()) return;
+  const std::string path = failure_record_path(g_dir, g_generation, rank);
+  if (access(path.c_str(), F_OK) == 0) return;  // the first cause stands
   try {
     FailureRecord r{g_generation, rank, host, g_step.load(), reason, lost};
     ::mkdir((g_dir + "/failures").c_str(), 0755);  // the supervisor made it; a race is harmless
     const std::string text = encode_failure_record(r);
-    write_file_atomically(failure_record_path(g_dir, g_generation, rank), text.data(), text.size());
+    write_file_atomically(path, text.data(), text.size());
   } catch (...) {
     // The process is ending; the supervisor falls back to mpirun's own report.
   }
+}
+
+void record_own_failure(int rank, const std::string& error) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);  // as the heartbeat's peers name hosts
+  record_failure(rank, host, "rank " + std::to_string(rank) + " failed: " + error, {{rank, host}});
 }
 
 void mark_restart_for_hosts() {

@@ -66,9 +66,13 @@ int elastic_snapshot_every();
 // The program's progress, written into failure records: the last committed step.
 void set_progress_step(int64_t step);
 int64_t progress_step();
-// Writes this rank's failure record when elastic (never throws: the process is ending).
+// Writes this rank's failure record when elastic (never throws: the process is ending). The first
+// record of a rank in a generation stands: its first cause is the one the supervisor must see
+// (a rank that failed is later also told by the launcher that its peers ended).
 void record_failure(int rank, const std::string& host, const std::string& reason,
                     const std::vector<std::pair<int, std::string>>& lost);
+// This rank failed with `error` (an exception of its own): a record naming itself, on its host.
+void record_own_failure(int rank, const std::string& error);
 // Rank 0, after the snapshot: this generation ends on purpose so the supervisor relaunches it on
 // the larger set. Throws InvalidArgument when the marker cannot be written.
 void mark_restart_for_hosts();

@@ -114,6 +114,13 @@ void Session::end(const std::string& error) {
   if (s_->ended) return;
   s_->ended = true;
   s_->tuner.reset();
+  // An elastic job's supervisor must learn that this rank failed of itself, unless the error is
+  // another rank's failure reaching this one (the engine already shut down by it, or the
+  // liveness monitor ending this rank for a peer): then that rank's own record names it.
+  if (!error.empty() && s_->world && !(s_->engine && s_->engine->is_shut_down()) &&
+      lost_peer_error().empty()) {
+    record_own_failure(s_->world->rank(), error);
+  }
   if (s_->engine && !error.empty()) {
     try {
       s_->engine->shutdown("rank " + std::to_string(s_->world->rank()) + " failed: " + error);

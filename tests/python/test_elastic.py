@@ -77,6 +77,12 @@ def test_failed_hosts_from_records_else_mpiruns_report():
             "(Killed).\n")
     hosts, what = sv.lost_hosts([], ["noise\n", line], [("h0", 2), ("h1", 2)])
     assert hosts == {"h1"} and what == "lost rank 2 on h1 (reported by mpirun)"
+    own = {"generation": 0, "rank": 1, "host": "h0", "step": 3,
+           "reason": "rank 1 failed: ValueError: a planted bug",
+           "lost": [{"rank": 1, "host": "h0"}]}
+    hosts, what = sv.lost_hosts([own], [], [("h0", 2), ("h1", 2)])
+    assert hosts == {"h0"}
+    assert what == "rank 1 on h0 failed after step 3: rank 1 failed: ValueError: a planted bug"
     hosts, what = sv.lost_hosts([{"step": -1, "reason": "rank 0 failed: boom", "lost": []}],
                                 [], [("h0", 1)])
     assert hosts == set() and "no rank was named as lost; the ranks said: rank 0 failed" in what

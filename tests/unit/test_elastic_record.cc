@@ -84,6 +84,17 @@ TEST(ElasticRecord, RanksWriteRecordsOnlyInAnElasticJob) {
   EXPECT_EQ(r.rank, 1);
   EXPECT_EQ(r.step, 17);
   EXPECT_EQ(r.lost.size(), 1u);
+  // The first cause stands: the launcher's later word on this rank does not replace it.
+  record_failure(1, "h0", "rank 1 was terminated by the launcher", {{0, "h0"}});
+  EXPECT_EQ(decode_failure_record(slurp(failure_record_path(dir, 4, 1)), "r").reason,
+            "rank 1: rank 2 stopped answering");
+  record_own_failure(3, "ValueError: a planted bug");
+  const FailureRecord own = decode_failure_record(slurp(failure_record_path(dir, 4, 3)), "own");
+  EXPECT_EQ(own.reason, "rank 3 failed: ValueError: a planted bug");
+  ASSERT_EQ(own.lost.size(), 1u);
+  EXPECT_EQ(own.lost[0].first, 3);
+  EXPECT_EQ(own.lost[0].second, own.host);
+  EXPECT_FALSE(own.host.empty());
   mark_restart_for_hosts();
   EXPECT_EQ(slurp(restart_marker_path(dir, 4)), "4\n");
   configure_elastic({});
