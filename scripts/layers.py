@@ -32,7 +32,8 @@ ARROWS = {
     "models": {"tessera"},
     "data": set(),
     "train": {"models", "data", "spatial", "torch", "tessera"},
-    "python": {"torch", "spatial", "tessera"},
+    # data: the slide reader, so tessera.torch.spatial reads only a rank's tile (issue 35).
+    "python": {"torch", "spatial", "tessera", "data"},
 }
 TOP = {"apps", "bench"}
 

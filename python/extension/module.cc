@@ -24,6 +24,12 @@ namespace py = pybind11;
 
 namespace tessera {
 namespace python {
+void bind_spatial(py::module_& m);  // spatial.cc
+}  // namespace python
+}  // namespace tessera
+
+namespace tessera {
+namespace python {
 namespace {
 
 constexpr double kSignalCheckSeconds = 0.05;
@@ -313,4 +319,5 @@ PYBIND11_MODULE(_tessera, m) {
   tessera::python::bind_sync_batch_norm(m);
   tessera::python::bind_reducer(m);
   tessera::python::bind_collectives(m);
+  tessera::python::bind_spatial(m);
 }

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "spatial/grid.h"
@@ -20,9 +21,15 @@ class ProcessGrid {
   // rank. Throws InvalidArgument (the same on every rank) when H*W does not divide the world,
   // naming the grids that would fit.
   explicit ProcessGrid(const std::string& grid);
+  // The same over the world ranks `members` only (a process set): still collective over every
+  // rank; a rank outside gets a grid with member() false and no communicators.
+  ProcessGrid(const std::string& grid, const std::vector<int>& members);
+
+  bool member() const { return spatial_ != nullptr; }
 
   const GridShape& shape() const { return shape_; }
   const GridCoord& coord() const { return coord_; }
+  // The grid's ranks (every rank, or the members), ordered by rank.
   comm::Communicator& world() const { return *world_; }
   comm::Communicator& spatial() const { return *spatial_; }
   comm::Communicator& data() const { return *data_; }
