@@ -34,6 +34,23 @@ class Tracer(fx.Tracer):
         finally:
             self.stack.pop()
 
+    def trace(self, root, concrete_args=None):
+        # F.pad is a builtin whose argument parser refuses traced sizes in its list (a U-Net's
+        # padding to its skip's size): while tracing, a Python stand-in records it as a call.
+        pad = F.pad
+
+        def traced_pad(x, amounts, *args, **kwargs):
+            proxies = [a for a in [x, *amounts] if isinstance(a, fx.Proxy)]
+            if not proxies:
+                return pad(x, amounts, *args, **kwargs)
+            return proxies[0].tracer.create_proxy("call_function", pad, (x, list(amounts)) + args,
+                                                  kwargs)
+        F.pad = traced_pad
+        try:
+            return super().trace(root, concrete_args)
+        finally:
+            F.pad = pad
+
     def create_node(self, *args, **kwargs):
         node = super().create_node(*args, **kwargs)
         node.meta["module"] = self.stack[-1] if self.stack else ("", "the model")
