@@ -97,27 +97,38 @@ def _summable(t):
     return t if t.dtype in (torch.float32, torch.float64) else t.to(torch.float64)
 
 
+# What scatter moves (as f64 sums: exact for these).
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8, torch.int8,
+          torch.int16, torch.int32, torch.int64, torch.bool]
+
+
 def scatter(image, where, root=0):
     """This rank's tile of `image` [..., H, W], held by tile `root` of each spatial group (None on
     the others) or by every rank of it. `where`: the partitioned model."""
     g = _grid_of(where)
-    me = g.h * g.pw + g.w
-    have = g.group_sum(torch.tensor([1.0 if image is not None else 0.0], dtype=torch.float64))
-    if int(have.item()) == g.size:
+    # Which tiles hold it, agreed by every tile, so every tile decides alike.
+    have = torch.zeros(g.size, dtype=torch.float64)
+    have[g.h * g.pw + g.w] = 1.0 if image is not None else 0.0
+    have = g.group_sum(have)
+    if int(have.sum().item()) == g.size:
         return g.tile_of(image)
-    if int(have.item()) != 1 or (image is not None) != (me == root):
-        raise SpatialError(f"scatter: {int(have.item())} of the {g.size} tiles hold an image; "
-                           f"accepted: tile {root} alone, or every tile")
-    head = torch.zeros(9, dtype=torch.float64)
+    if int(have.sum().item()) != 1 or have[root].item() != 1.0:
+        holders = [i for i, v in enumerate(have.tolist()) if v]
+        raise SpatialError(f"scatter: tiles {holders} of {g.size} hold an image; accepted: tile "
+                           f"{root} alone, or every tile")
+    head = torch.zeros(9, dtype=torch.float64)  # rank, sizes (up to 7), dtype
     if image is not None:
+        if image.dim() > 7 or image.dtype not in DTYPES:
+            raise SpatialError(f"scatter: a {image.dim()}-d {image.dtype} image; accepted: up to "
+                               f"7 dimensions of {', '.join(str(d) for d in DTYPES)}")
         head[0] = image.dim()
         head[1:1 + image.dim()] = torch.tensor(image.shape, dtype=torch.float64)
+        head[8] = DTYPES.index(image.dtype)
     head = g.group_sum(head)
     shape = [int(v) for v in head[1:1 + int(head[0])].tolist()]
     full = _summable(image) if image is not None else torch.zeros(shape, dtype=torch.float64)
     whole = g.group_sum(full.contiguous())
-    tile = g.tile_of(whole)
-    return tile.to(image.dtype) if image is not None else tile
+    return g.tile_of(whole).to(DTYPES[int(head[8])])
 
 
 def gather(tile, where):

@@ -26,11 +26,20 @@ class Tracer(fx.Tracer):
     def __init__(self):
         super().__init__(autowrap_functions=AUTOWRAP)
         self.stack = []
+        self.failed_in = None  # the innermost module whose forward could not be traced
+
+    def is_leaf_module(self, m, qualname):
+        # Every BatchNorm (tessera's SyncBatchNorm included) is one call: its own forward
+        # branches on the mode and never runs on tiles.
+        return isinstance(m, nn.modules.batchnorm._BatchNorm) or super().is_leaf_module(m, qualname)
 
     def call_module(self, m, forward, args, kwargs):
         self.stack.append((self.path_of_module(m), type(m).__name__))
         try:
             return super().call_module(m, forward, args, kwargs)
+        except Exception:
+            self.failed_in = self.failed_in or self.stack[-1]
+            raise
         finally:
             self.stack.pop()
 
@@ -58,11 +67,14 @@ class Tracer(fx.Tracer):
 
 
 def trace(model):
+    tracer = Tracer()
     try:
-        return Tracer().trace(model)
+        return tracer.trace(model)
     except Exception as e:  # fx's own errors name the Python line it could not trace
+        path, kind = tracer.failed_in or ("", type(model).__name__)
+        where = f"{kind}.forward" + (f" (module '{path}')" if path else "")
         raise SpatialError(
-            f"tessera.torch.spatial could not trace {type(model).__name__}.forward with torch.fx "
+            f"tessera.torch.spatial could not trace {where} with torch.fx "
             f"({type(e).__name__}: {e}); accepted: models whose forward does not branch on "
             "tensor values") from e
 
@@ -212,7 +224,7 @@ def upsample(ctx, m, x):
 
 
 def _function_table():
-    t = {torch.cat: cat, F.interpolate: layers.interpolate, F.pad: layers.pad,
+    t = {torch.cat: cat, F.conv2d: layers.conv2d_function, torch.conv2d: layers.conv2d_function, F.interpolate: layers.interpolate, F.pad: layers.pad,
          torch._C._nn.pad: layers.pad, F.max_pool2d: layers.max_pool2d,
          torch.max_pool2d: layers.max_pool2d, F.avg_pool2d: layers.avg_pool2d,
          F.adaptive_avg_pool2d: layers.adaptive_avg_pool2d,
@@ -224,7 +236,20 @@ FUNCTIONS = _function_table()
 TENSOR_ATTRIBUTES = ("dtype", "device", "requires_grad", "is_cuda")
 
 
+def getitem(ctx, x, index):
+    """Indexing a tile's samples or channels; the image's rows and columns are not cut."""
+    index = index if isinstance(index, tuple) else (index,)
+    whole = slice(None)
+    if Ellipsis in index or len(index) > 4 or any(
+            not (isinstance(i, slice) and i == whole) for i in index[2:]):
+        raise ctx.error("indexing a tile's rows or columns",
+                        "accepted: indexing samples and channels (x[:, :6]), whole rows and columns")
+    return Tiled(x.local[index], x.hw)
+
+
 def run_function(ctx, fn, args, kwargs):
+    if fn is operator.getitem and isinstance(args[0], Tiled):
+        return getitem(ctx, *args)
     if fn in ELEMENTWISE_FUNCTIONS:
         return elementwise(ctx, fn, args, kwargs)
     if fn in CHANNEL_FUNCTIONS:

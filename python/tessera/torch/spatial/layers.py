@@ -47,40 +47,49 @@ def _windowed(ctx, x, k, s, d, p, mode, out_hw, fill, what):
     return g.take(x, rows, cols, fill)
 
 
-def _same_padding(m):
-    if m.padding == "valid":
-        return (0, 0), None
-    if m.padding == "same":
-        return tuple(d * (k - 1) // 2 for k, d in zip(m.kernel_size, m.dilation)), "same"
-    return _pair(m.padding), None
+def _padding(padding, kernel, dilation):
+    """(rows, cols) of zero-mode padding each side, and whether it is 'same' (stride 1, the extra
+    row at the end as torch puts it)."""
+    if padding == "valid":
+        return (0, 0), False
+    if padding == "same":
+        return tuple(d * (k - 1) // 2 for k, d in zip(kernel, dilation)), True
+    return _pair(padding), False
 
 
 def conv2d(ctx, m, x):
+    return conv2d_function(ctx, x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups,
+                           m.padding_mode)
+
+
+def conv2d_function(ctx, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+                    padding_mode="zeros"):
+    """F.conv2d (and Conv2d, with its padding mode) on tiles."""
     g, (H, W) = ctx.grid, x.hw
-    k, s, d = _pair(m.kernel_size), _pair(m.stride), _pair(m.dilation)
-    p, same = _same_padding(m)
+    k, s, d = tuple(weight.shape[2:]), _pair(stride), _pair(dilation)
+    p, same = _padding(padding, k, d)
     out_hw = (H, W) if same else tuple(
         maps.window_output_size(n, k[i], s[i], d[i], p[i]) for i, n in enumerate((H, W)))
     if min(out_hw) <= 0:
         raise ctx.error(f"a {k[0]}x{k[1]} window does not fit the {H}x{W} input")
-    regular = (m.padding_mode == "zeros" and m.groups == 1 and not same and k[0] == k[1]
+    what = f"conv {k[0]}x{k[1]} stride {s} dilation {d} padding {p}"
+    regular = (padding_mode == "zeros" and groups == 1 and not same and k[0] == k[1]
                and s[0] == s[1] and d[0] == d[1] and p[0] == p[1] and g.size > 1
                and _tessera.spatial_conv_problem(H, g.ph, k[0], s[0], d[0], p[0]) == ""
                and _tessera.spatial_conv_problem(W, g.pw, k[0], s[0], d[0], p[0]) == "")
     if regular:  # the C++ models' convolution: equal tiles, neighbour halos, lean backward
         rows = maps.window_map(H, g.ph, k[0], s[0], d[0], p[0])
         cols = maps.window_map(W, g.pw, k[1], s[1], d[1], p[1])
-        ctx.note(f"conv {k[0]}x{k[1]} s{s[0]} d{d[0]} p{p[0]} (C++ halo exchange)", x.hw, out_hw,
-                 rows[g.h], cols[g.w], g.rows(H), g.cols(W))
-        return Tiled(_tessera.spatial_conv2d(g.native, x.local, m.weight, m.bias, s[0], p[0],
-                                             d[0]), out_hw)
-    mode = m.padding_mode
-    xin = _windowed(ctx, x, k, s, d, p, mode, out_hw, 0.0,
-                    f"conv {k[0]}x{k[1]} s{s} d{d} p{p} {mode} groups {m.groups}")
+        ctx.note(what + " (C++ halo exchange)", x.hw, out_hw, rows[g.h], cols[g.w], g.rows(H),
+                 g.cols(W))
+        return Tiled(_tessera.spatial_conv2d(g.native, x.local, weight, bias, s[0], p[0], d[0]),
+                     out_hw)
+    xin = _windowed(ctx, x, k, s, d, p, padding_mode, out_hw, 0.0,
+                    f"{what} {padding_mode}" + (f" groups {groups}" if groups > 1 else ""))
     if xin.shape[2] == 0 or xin.shape[3] == 0:
-        y = _linked_zeros(xin, (xin.shape[0], m.out_channels) + _local_out(g, out_hw), m.weight)
-        return Tiled(y if m.bias is None else y + m.bias.view(1, -1, 1, 1), out_hw)
-    return Tiled(F.conv2d(xin, m.weight, m.bias, s, 0, d, m.groups), out_hw)
+        y = _linked_zeros(xin, (xin.shape[0], weight.shape[0]) + _local_out(g, out_hw), weight)
+        return Tiled(y if bias is None else y + bias.view(1, -1, 1, 1), out_hw)
+    return Tiled(F.conv2d(xin, weight, bias, s, 0, d, groups), out_hw)
 
 
 def conv_transpose2d(ctx, m, x, output_size=None):
@@ -244,16 +253,19 @@ def batch_norm(ctx, m, x, over):
                         "accepted: a float momentum")
     if m.training and m.track_running_stats and m.num_batches_tracked is not None:
         m.num_batches_tracked.add_(1)
-    empty = x.local.new_empty(0)
+    empty = x.local.new_empty(0, dtype=m.weight.dtype if m.weight is not None else None)
     def given(t):
         return t if t is not None else empty
     ctx.note(f"batch norm (statistics over the {over} group)", x.hw, x.hw, [], [],
              ctx.grid.rows(x.hw[0]), ctx.grid.cols(x.hw[1]))
+    # Mixed precision: the statistics in the parameters' dtype (torch's CPU BatchNorm does the
+    # same with a bfloat16 input), the output in the input's.
+    dtype = m.weight.dtype if m.weight is not None else x.local.dtype
     y = _tessera.spatial_batch_norm(
-        ctx.grid.native, x.local, given(m.weight), given(m.bias),
+        ctx.grid.native, x.local.to(dtype), given(m.weight), given(m.bias),
         given(m.running_mean if m.training else None), given(m.running_var if m.training else None),
         float(m.momentum or 0.0), float(m.eps), over)
-    return Tiled(y, x.hw)
+    return Tiled(y.to(x.local.dtype), x.hw)
 
 
 INTERPOLATE_MODES = ("nearest", "nearest-exact", "bilinear")
