@@ -25,6 +25,7 @@ namespace py = pybind11;
 namespace tessera {
 namespace python {
 void bind_spatial(py::module_& m);  // spatial.cc
+void bind_memory(py::module_& m);   // memory.cc
 }  // namespace python
 }  // namespace tessera
 
@@ -320,4 +321,5 @@ PYBIND11_MODULE(_tessera, m) {
   tessera::python::bind_reducer(m);
   tessera::python::bind_collectives(m);
   tessera::python::bind_spatial(m);
+  tessera::python::bind_memory(m);
 }

@@ -35,6 +35,7 @@ class SpatialModule(nn.Module):
         self.module = module
         self.grid = grid
         self._graph = fx_graph
+        self._drop = graph.last_uses(fx_graph)
         self._ctx = graph.Context(grid)
 
     @property
@@ -46,7 +47,7 @@ class SpatialModule(nn.Module):
         if not self.grid.member:
             raise SpatialError("this rank is not in the partitioned model's process set; "
                                "accepted: a rank of the set passed to partition()")
-        return graph.run_graph(self.module, self._graph, self._ctx, args, kwargs)
+        return graph.run_graph(self.module, self._graph, self._ctx, args, kwargs, self._drop)
 
     def state_dict(self, *args, **kwargs):
         return self.module.state_dict(*args, **kwargs)

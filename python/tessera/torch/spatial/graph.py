@@ -285,7 +285,19 @@ def run_method(ctx, name, args, kwargs):
                     "(docs/spatial.md lists them)")
 
 
-def run_graph(model, graph, ctx, args, kwargs):
+def last_uses(graph):
+    """For each node, the values no node after it reads: the runner drops them there, so an
+    intermediate autograd does not keep lives no longer than in the model's own forward."""
+    seen, drop = set(), {}
+    for node in reversed(list(graph.nodes)):
+        for used in node.all_input_nodes:
+            if used not in seen:
+                seen.add(used)
+                drop.setdefault(node, []).append(used)
+    return drop
+
+
+def run_graph(model, graph, ctx, args, kwargs, drop):
     """One forward: the graph's nodes in order, tiles where the image is cut."""
     env, positional = {}, list(args)
     ctx.plan = []
@@ -306,7 +318,10 @@ def run_graph(model, graph, ctx, args, kwargs):
             a = fx.node.map_arg(node.args, lambda n: env[n])
             k = fx.node.map_arg(node.kwargs, lambda n: env[n])
             value = call(ctx, model, node, a, k)
+            del a, k
         env[node] = value
+        for used in drop.get(node, ()):
+            env.pop(used, None)
     return None
 
 
