@@ -1,7 +1,7 @@
 """One training step of torchvision's ResNet-50 on one image, the step of `tessera bench spatial`
 (SGD with momentum through the DistributedOptimizer, cross-entropy on 2 classes, one thread per
 rank), either partitioned by tessera.torch.spatial over a grid or, with --grid 1x1, the ordinary
-model on the whole image. Prints one JSON line on rank 0: the median step (the slowest rank's),
+model on the whole image. Prints one JSON line on rank 0: the median step (the slowest rank's) and rank 0's time in halos and group sums,
 the peak of CPU memory torch's allocator held during a step (the largest rank's; the counting
 allocator of tessera._tessera) and the peak resident memory. scripts/bench_spatial_python.sh
 runs it beside `tessera bench spatial`.
@@ -48,9 +48,10 @@ def main():
         (r0, r1), (c0, c1) = model.grid.rows(n), model.grid.cols(n)
         tile = torch.randn(1, 3, r1 - r0, c1 - c0)
     labels = torch.zeros(1, dtype=torch.long)
-    steps, peaks, forwards, befores = [], [], [], []
+    steps, peaks, forwards, befores, moves = [], [], [], [], []
     for i in range(args.warmup + args.iters):
         _tessera.reset_cpu_memory_peak()
+        moved0 = sum(_tessera.spatial_seconds())
         t0 = time.perf_counter()
         opt.zero_grad()
         before = float(_tessera.cpu_memory_stats()["held_bytes"])
@@ -60,6 +61,7 @@ def main():
         opt.step()
         s = time.perf_counter() - t0
         if i >= args.warmup:
+            moves.append(sum(_tessera.spatial_seconds()) - moved0)
             steps.append(hvd.allreduce(torch.tensor([s]), op=hvd.Max, name=f"step.{i}").item())
             peak = float(_tessera.cpu_memory_stats()["peak_bytes"])
             peaks.append(hvd.allreduce(torch.tensor([peak]), op=hvd.Max, name=f"peak.{i}").item())
@@ -71,6 +73,7 @@ def main():
     if hvd.rank() == 0:
         print(json.dumps({"grid": args.grid, "image_size": n, "ranks": hvd.size(),
                           "step_s": statistics.median(steps), "steps_s": steps,
+                          "halo_and_group_s_rank0": statistics.median(moves),
                           "peak_allocator_gib": max(peaks) / 2**30,
                           "held_before_step_gib": max(befores) / 2**30,
                           "held_after_forward_gib": max(forwards) / 2**30, "peak_rss_gib": rss}),

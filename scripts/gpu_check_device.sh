@@ -49,8 +49,8 @@ torch_rows() {
 }
 [ "$TORCH" = on ] && torch_rows
 
-# 6. The Python package's CUDA cases (the ops, and a CUDA model under DistributedOptimizer
-# against one CPU process) at 1 and 2 ranks.
+# 6. The Python package's CUDA cases (the ops, a CUDA model under DistributedOptimizer against
+# one CPU process, tessera.torch.spatial's tiles on CUDA against the whole image) at 1 and 2 ranks.
 python_rows() {
   local np log rc
   build "build Python package" "$LOG/build_python.log" tessera_python || return
@@ -58,7 +58,8 @@ python_rows() {
     log=$LOG/py_np$np.log
     step 240 "$log" env PYTHONPATH="$BUILD/python" $MPIRUN -np "$np" "$PY" -m pytest -q \
       -p no:cacheprovider --color=no "$SRC/tests/python/test_ops.py" \
-      "$SRC/tests/python/test_optimizer.py" -k "cuda or neither" -rs
+      "$SRC/tests/python/test_optimizer.py" "$SRC/tests/python/test_spatial.py" \
+      -k "cuda or neither" -rs
     rc=$?
     if [ "$rc" = 0 ]; then
       row "Python package, CUDA case, $np ranks" "pass" "$(grep -E 'passed|skipped' "$log" | tail -1)"

@@ -6,7 +6,10 @@
 #   3. examples/segmentation_voc.py trains on `tessera make-dataset shapes` and reports mIoU;
 #   4. tests/horovod_scripts/*.py, written for `import horovod.torch as hvd`, run with only that
 #      line changed;
-#   5. tessera run refuses a host it cannot reach, naming it.
+#   5. examples/spatial_slides.py (4 ranks): ResNet-50 on a 2x2 grid, then the U-Net on 2x1 tiles
+#      x 2 data ranks, each rank reading its tile of the slides; the checkpoint loads into the
+#      unpartitioned U-Net;
+#   6. tessera run refuses a host it cannot reach, naming it.
 set -euo pipefail
 TESSERA=$1
 DIR=$2
@@ -48,6 +51,15 @@ for script in "$SRC"/tests/horovod_scripts/*.py; do
 done
 expect "parameters equal on every rank" "$DIR/train_as_documented.py.log"
 expect "every documented call behaved as documented" "$DIR/ops_as_documented.py.log"
+
+"$TESSERA" run -np 4 "$PY" "$SRC/examples/spatial_slides.py" --model resnet50 --size 96 --grid 2x2 \
+  --steps 2 --slides "$DIR/slides" | tee "$DIR/spatial-resnet.log"
+expect "step 1: loss .* (tile (48, 48) of 96x96, grid 2x2 x 1 data)" "$DIR/spatial-resnet.log"
+"$TESSERA" run -np 4 "$PY" "$SRC/examples/spatial_slides.py" --model unet --size 77 --grid 2x1 \
+  --steps 2 --slides "$DIR/slides-unet" --checkpoint "$DIR/unet.pt" | tee "$DIR/spatial-unet.log"
+expect "step 1: loss .* grid 2x1 x 2 data" "$DIR/spatial-unet.log"
+expect "halo rows" "$DIR/spatial-unet.log"
+expect "loaded into the unpartitioned unet" "$DIR/spatial-unet.log"
 
 if "$TESSERA" run -np 2 -H nosuchhost.invalid:2 true 2> "$DIR/unreachable.log"; then
   echo "FAIL: tessera run started a job on an unreachable host"; exit 1

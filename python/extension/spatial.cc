@@ -34,8 +34,7 @@ comm::Communicator& over(const ProcessGrid& g, const std::string& which) {
   TESSERA_CHECK(g.member(), "this rank is not in the spatial grid's process set");
   if (which == "spatial") return g.spatial();
   if (which == "data") return g.data();
-  TESSERA_CHECK(which == "all", "a spatial group is 'spatial', 'data' or 'all', got '", which,
-                "'");
+  TESSERA_CHECK(which == "all", "a spatial group is 'spatial', 'data' or 'all', got '", which, "'");
   return g.world();
 }
 
@@ -118,21 +117,19 @@ void bind_slides(py::module_& m) {
       .def_property_readonly("height", &data::SlideReader::height)
       .def_property_readonly("width", &data::SlideReader::width)
       .def_property_readonly("tiled", &data::SlideReader::tiled)
-      .def("read_region", &data::SlideReader::read_region, py::arg("y"), py::arg("x"),
-           py::arg("h"), py::arg("w"), py::call_guard<py::gil_scoped_release>());
+      .def("read_region", &data::SlideReader::read_region, py::arg("y"), py::arg("x"), py::arg("h"),
+           py::arg("w"), py::call_guard<py::gil_scoped_release>());
   // fill(y, x, h, w) returns the tile's pixels as a [h, w, 3] uint8 tensor.
-  m.def("write_tiled_tiff", [](const std::string& path, int64_t height, int64_t width,
-                               int64_t tile, const py::function& fill) {
-    data::write_tiled_tiff(path, height, width, tile,
-                           [&](int64_t y, int64_t x, int64_t h, int64_t w, uint8_t* out) {
-                             const torch::Tensor t =
-                                 fill(y, x, h, w).cast<torch::Tensor>().contiguous();
-                             TESSERA_CHECK(t.scalar_type() == torch::kByte && t.numel() == h * w * 3,
-                                           "write_tiled_tiff: fill must return [", h, ", ", w,
-                                           ", 3] uint8 pixels, got ", t.sizes(), " ",
-                                           t.scalar_type());
-                             std::memcpy(out, t.data_ptr(), static_cast<size_t>(h * w * 3));
-                           });
+  m.def("write_tiled_tiff", [](const std::string& path, int64_t height, int64_t width, int64_t tile,
+                               const py::function& fill) {
+    data::write_tiled_tiff(
+        path, height, width, tile, [&](int64_t y, int64_t x, int64_t h, int64_t w, uint8_t* out) {
+          const torch::Tensor t = fill(y, x, h, w).cast<torch::Tensor>().contiguous();
+          TESSERA_CHECK(t.scalar_type() == torch::kByte && t.numel() == h * w * 3,
+                        "write_tiled_tiff: fill must return [", h, ", ", w,
+                        ", 3] uint8 pixels, got ", t.sizes(), " ", t.scalar_type());
+          std::memcpy(out, t.data_ptr(), static_cast<size_t>(h * w * 3));
+        });
   });
 }
 

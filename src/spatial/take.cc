@@ -44,9 +44,8 @@ void add_at(torch::Tensor& dst, const std::vector<int64_t>& rows, const std::vec
         .add_(src);
     return;
   }
-  torch::Tensor wide =
-      torch::zeros({dst.size(0), dst.size(1), static_cast<int64_t>(rows.size()), dst.size(3)},
-                   dst.options());
+  torch::Tensor wide = torch::zeros(
+      {dst.size(0), dst.size(1), static_cast<int64_t>(rows.size()), dst.size(3)}, dst.options());
   wide.index_add_(3, index_of(cols, dst.device()), src);
   dst.index_add_(2, index_of(rows, dst.device()), wide);
 }
@@ -65,20 +64,20 @@ std::vector<int64_t> with_fill(const std::vector<int64_t>& pos, int64_t fill_at,
 
 // Sends rows x cols of `from` to each of `out`'s peers and lands what `in`'s peers send in `into`
 // (at r0..c1), through host memory (MPI's; a GPU's tiles are staged). `add`: add, not copy.
-void move(comm::Communicator& comm, const torch::Tensor& from,
-          const std::vector<TakeMessage>& out, const std::vector<TakeMessage>& in,
-          torch::Tensor& into, int tag, bool add_to_rows) {
+void move(comm::Communicator& comm, const torch::Tensor& from, const std::vector<TakeMessage>& out,
+          const std::vector<TakeMessage>& in, torch::Tensor& into, int tag, bool add_to_rows) {
   std::vector<torch::Tensor> keep, got;
   std::vector<comm::PeerBuffer> sends, recvs;
   for (const TakeMessage& m : out) {
     keep.push_back(pick(pick(from, 2, m.rows), 3, m.cols).to(torch::kCPU).contiguous());
-    sends.push_back({m.peer, tag, keep.back().data_ptr(), static_cast<size_t>(keep.back().nbytes())});
+    sends.push_back(
+        {m.peer, tag, keep.back().data_ptr(), static_cast<size_t>(keep.back().nbytes())});
   }
   for (const TakeMessage& m : in) {
     const int64_t r = add_to_rows ? static_cast<int64_t>(m.rows.size()) : m.r1 - m.r0;
     const int64_t c = add_to_rows ? static_cast<int64_t>(m.cols.size()) : m.c1 - m.c0;
-    got.push_back(torch::empty({from.size(0), from.size(1), r, c},
-                               from.options().device(torch::kCPU)));
+    got.push_back(
+        torch::empty({from.size(0), from.size(1), r, c}, from.options().device(torch::kCPU)));
     recvs.push_back({m.peer, tag, got.back().data_ptr(), static_cast<size_t>(got.back().nbytes())});
   }
   comm::exchange(comm, sends, recvs);
@@ -133,7 +132,8 @@ struct Clock {
   }
 };
 
-torch::Tensor gather(const torch::Tensor& x, const TakePlan& p, double fill, comm::Communicator& c) {
+torch::Tensor gather(const torch::Tensor& x, const TakePlan& p, double fill,
+                     comm::Communicator& c) {
   const Clock clock;
   const int64_t nr = static_cast<int64_t>(p.row.needed.size());
   const int64_t nc = static_cast<int64_t>(p.col.needed.size());
@@ -194,8 +194,8 @@ struct Take : public torch::autograd::Function<Take> {
                                std::vector<int64_t> cols, int64_t h, int64_t w, double fill,
                                comm::Communicator* comm) {
     const torch::Tensor x = tile.contiguous();
-    const TakePlan plan = plan_take(decode(rows), decode(cols), static_cast<int>(h),
-                                    static_cast<int>(w));
+    const TakePlan plan =
+        plan_take(decode(rows), decode(cols), static_cast<int>(h), static_cast<int>(w));
     ctx->saved_data["rows"] = rows;
     ctx->saved_data["cols"] = cols;
     ctx->saved_data["at"] = std::vector<int64_t>{h, w};
@@ -206,10 +206,9 @@ struct Take : public torch::autograd::Function<Take> {
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const std::vector<int64_t> at = ctx->saved_data["at"].toIntVector();
-    const TakePlan plan =
-        plan_take(decode(ctx->saved_data["rows"].toIntVector()),
-                  decode(ctx->saved_data["cols"].toIntVector()), static_cast<int>(at[0]),
-                  static_cast<int>(at[1]));
+    const TakePlan plan = plan_take(decode(ctx->saved_data["rows"].toIntVector()),
+                                    decode(ctx->saved_data["cols"].toIntVector()),
+                                    static_cast<int>(at[0]), static_cast<int>(at[1]));
     auto* comm = reinterpret_cast<comm::Communicator*>(ctx->saved_data["comm"].toInt());
     const torch::Tensor like =
         torch::empty(ctx->saved_data["shape"].toIntVector(), grads[0].options());
@@ -234,9 +233,9 @@ torch::Tensor spatial_take(const torch::Tensor& tile, const AxisMap& rows, const
   TESSERA_CHECK(spatial.size() == ph * pw, "a ", ph, "x", pw,
                 " take needs the spatial group's communicator, not one of ", spatial.size());
   const auto r = part_range(rows.in, ph, h), c = part_range(cols.in, pw, w);
-  TESSERA_CHECK(tile.size(2) == r.second - r.first && tile.size(3) == c.second - c.first,
-                "tile (", h, ", ", w, ") of a ", rows.in, "x", cols.in, " image over ", ph, "x", pw,
-                " is ", r.second - r.first, "x", c.second - c.first, ", got ", tile.size(2), "x",
+  TESSERA_CHECK(tile.size(2) == r.second - r.first && tile.size(3) == c.second - c.first, "tile (",
+                h, ", ", w, ") of a ", rows.in, "x", cols.in, " image over ", ph, "x", pw, " is ",
+                r.second - r.first, "x", c.second - c.first, ", got ", tile.size(2), "x",
                 tile.size(3));
   return Take::apply(tile, encode(rows), encode(cols), h, w, fill, &spatial);
 }

@@ -50,9 +50,8 @@ AxisTake plan_axis_take(const AxisMap& map, int p, const std::string& axis) {
   t.needed = distinct(mine);
   t.pos.reserve(mine.size());
   for (int64_t r : mine) {
-    t.pos.push_back(r < 0 ? -1
-                          : std::lower_bound(t.needed.begin(), t.needed.end(), r) -
-                                t.needed.begin());
+    t.pos.push_back(
+        r < 0 ? -1 : std::lower_bound(t.needed.begin(), t.needed.end(), r) - t.needed.begin());
   }
   for (int q = 0; q < parts; ++q) {
     const auto q_range = part_range(map.in, parts, q);

@@ -216,12 +216,15 @@ def test_checkpoints_are_the_unpartitioned_models():
     torch.manual_seed(7)
     model = Zoo()
     part = spatial.partition(model, grids()[-1])
-    assert list(part.state_dict()) == list(Zoo().state_dict())
+    state = {k: v.clone() for k, v in part.state_dict().items()}
+    assert list(state) == list(Zoo().state_dict())
     fresh = Zoo()
-    fresh.load_state_dict(part.state_dict())
-    part.load_state_dict(Zoo().state_dict())
-    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(),
-                                                model.state_dict().values())) is False
+    fresh.load_state_dict(state)  # into the unpartitioned model
+    assert all(torch.equal(a, state[k]) for k, a in fresh.state_dict().items())
+    other = Zoo()
+    part.load_state_dict(other.state_dict())  # and back
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                other.state_dict().values()))
 
 
 def test_mixed_precision_runs_in_bfloat16_close_to_the_whole_image():
@@ -248,3 +251,19 @@ def test_the_plan_names_each_layer_and_its_halo():
     expect_rows = (1 if g.h > 0 else 0, 1 if g.h < g.ph - 1 else 0)
     expect_cols = (1 if g.w > 0 else 0, 1 if g.w < g.pw - 1 else 0)
     assert (first["halo_rows"], first["halo_cols"]) == (expect_rows, expect_cols), first
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_tiles_equal_the_whole_image_on_the_cpu():
+    """The GPU path (staged through host memory, as the C++ layers): every layer's tiles on CUDA
+    against the whole image on the CPU (f64). Run by scripts/gpu_check.sh."""
+    torch.manual_seed(3)
+    model = Zoo().double()
+    x = torch.randn(2, 3, 23, 19, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    ref = one_process(model)
+    seg, cls = ref(x)
+    part = spatial.partition(copy.deepcopy(model).cuda(), grids()[-1])
+    pseg, pcls = part(spatial.scatter(x.cuda(), part))
+    assert pseg.is_cuda and pcls.is_cuda
+    assert (spatial.gather(pseg, part).cpu() - seg).abs().max().item() <= 1e-10
+    assert (pcls.cpu() - cls).abs().max().item() <= 1e-10

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from tessera import _tessera
 from tessera.torch.spatial import maps
-from tessera.torch.spatial.layout import SpatialError, Tiled
+from tessera.torch.spatial.layout import Tiled
 
 
 def _pair(v):
