@@ -33,7 +33,11 @@ class Grid:
 
     def __init__(self, grid, ranks):
         self.ph, self.pw = int(grid[0]), int(grid[1])
-        self.native = _tessera.SpatialGrid(f"{self.ph}x{self.pw}", list(ranks))
+        try:
+            self.native = _tessera.SpatialGrid(f"{self.ph}x{self.pw}", list(ranks))
+        except ValueError as e:  # the C++ grid's words are tessera train's (--spatial HxW)
+            raise SpatialError(f"partition(grid=({self.ph}, {self.pw})) over {len(ranks)} "
+                               f"ranks: {e}") from e
         self.member = self.native.member
         if self.member:
             self.data, _, _ = self.native.shape

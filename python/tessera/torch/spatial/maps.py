@@ -7,7 +7,11 @@ padding; -inf for max pooling). The C++ take (src/spatial/take.h) moves those ro
 tiles; the layer then runs on the local input as torch runs it on the whole image.
 """
 
+import functools
 import math
+
+# The maps are pure and asked again every forward: kept (callers never change what they get).
+cached = functools.lru_cache(maxsize=4096)
 
 
 def part_range(n, parts, p):
@@ -43,6 +47,7 @@ def _padded_source(i, n, mode):
     raise ValueError(f"padding mode {mode!r} (accepted: zeros, reflect, replicate, circular)")
 
 
+@cached
 def window_map(n, parts, kernel, stride, dilation, padding, mode="zeros", out=None):
     """Per tile, the padded rows its outputs' windows read, as image rows: a convolution or pooling
     run with padding 0 on them gives exactly the tile's outputs. `out`: the output size (default
@@ -61,6 +66,7 @@ def window_map(n, parts, kernel, stride, dilation, padding, mode="zeros", out=No
     return maps
 
 
+@cached
 def pad_map(n, parts, before, after, mode="zeros"):
     """F.pad on one axis (negative amounts crop): output row j copies image row j - before."""
     m = n + before + after
@@ -68,6 +74,7 @@ def pad_map(n, parts, before, after, mode="zeros"):
             for p in range(parts)]
 
 
+@cached
 def transposed_map(n, parts, kernel, stride, dilation, padding, out):
     """Per tile of a transposed convolution's `out` outputs: the input rows [a, b] that reach
     them (output j = i*stride - padding + t*dilation), and the offset of the tile's first output in
@@ -83,6 +90,7 @@ def transposed_map(n, parts, kernel, stride, dilation, padding, out):
     return maps, offsets
 
 
+@cached
 def adaptive_windows(n, out):
     """torch's adaptive pooling windows: output i reads [floor(i*n/out), ceil((i+1)*n/out))."""
     return [(i * n // out, -(-((i + 1) * n) // out)) for i in range(out)]
@@ -97,6 +105,7 @@ def interpolate_size(n, size, scale, recompute):
     return out, (None if recompute else scale)
 
 
+@cached
 def nearest_sources(n, out, scale, exact=False):
     """nearest / nearest-exact: the input row of each output row, as torch 1.13 computes it (in
     float32, as its CPU kernel does)."""
@@ -113,6 +122,7 @@ def nearest_sources(n, out, scale, exact=False):
     return src
 
 
+@cached
 def linear_sources(n, out, scale, align_corners):
     """bilinear, per output row: (row0, row1, weight0, weight1) as torch 1.13's
     area_pixel_compute_source_index and compute_indices_weights_linear give them (double)."""
