@@ -85,7 +85,7 @@ def parse_args():
     p.add_argument("--slides", default="spatial-slides", help="folder of the synthetic slides")
     p.add_argument("--count", type=int, default=4, help="slides to write and cycle through")
     p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--lr", type=float, default=0.001, help="SGD, momentum 0.9 (one image per step)")
     p.add_argument("--checkpoint", default="", help="rank 0 saves the model's state_dict here")
     return p.parse_args()
 

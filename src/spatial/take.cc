@@ -132,19 +132,29 @@ struct Clock {
   }
 };
 
+// What a tile builds, seen from its gather: nr x nc gathered rows and columns, then one fill row
+// and column when the maps name any (ur x uc in all); pr, pc: each built row's and column's place.
+struct Built {
+  int64_t nr, nc, ur, uc;
+  std::vector<int64_t> pr, pc;
+  explicit Built(const TakePlan& p)
+      : nr(static_cast<int64_t>(p.row.needed.size())),
+        nc(static_cast<int64_t>(p.col.needed.size())) {
+    bool fill_r = false, fill_c = false;
+    pr = with_fill(p.row.pos, nr, &fill_r);
+    pc = with_fill(p.col.pos, nc, &fill_c);
+    ur = nr + (fill_r ? 1 : 0);
+    uc = nc + (fill_c ? 1 : 0);
+  }
+};
+
 torch::Tensor gather(const torch::Tensor& x, const TakePlan& p, double fill,
                      comm::Communicator& c) {
   const Clock clock;
-  const int64_t nr = static_cast<int64_t>(p.row.needed.size());
-  const int64_t nc = static_cast<int64_t>(p.col.needed.size());
-  // One fill row and column after the gathered ones, when the maps name any.
-  bool fill_r = false, fill_c = false;
-  const std::vector<int64_t> pr = with_fill(p.row.pos, nr, &fill_r);
-  const std::vector<int64_t> pc = with_fill(p.col.pos, nc, &fill_c);
-  torch::Tensor u = torch::empty(
-      {x.size(0), x.size(1), nr + (fill_r ? 1 : 0), nc + (fill_c ? 1 : 0)}, x.options());
-  if (fill_r) u.narrow(2, nr, 1).fill_(fill);
-  if (fill_c) u.narrow(3, nc, 1).fill_(fill);
+  const Built b(p);
+  torch::Tensor u = torch::empty({x.size(0), x.size(1), b.ur, b.uc}, x.options());
+  if (b.ur > b.nr) u.narrow(2, b.nr, 1).fill_(fill);
+  if (b.uc > b.nc) u.narrow(3, b.nc, 1).fill_(fill);
   const TakeMessage& o = p.own;
   if (o.r1 > o.r0 && o.c1 > o.c0) {
     u.narrow(2, o.r0, o.r1 - o.r0)
@@ -152,7 +162,7 @@ torch::Tensor gather(const torch::Tensor& x, const TakePlan& p, double fill,
         .copy_(pick(pick(x, 2, o.rows), 3, o.cols));
   }
   move(c, x, p.sends, p.recvs, u, kForwardTag, false);
-  return pick(pick(u, 2, pr), 3, pc).contiguous();
+  return pick(pick(u, 2, b.pr), 3, b.pc).contiguous();
 }
 
 // The tile's gradient from the gradient of what it built: each built row's gradient added to its
@@ -160,17 +170,12 @@ torch::Tensor gather(const torch::Tensor& x, const TakePlan& p, double fill,
 torch::Tensor scatter_back(const torch::Tensor& g, const torch::Tensor& like, const TakePlan& p,
                            comm::Communicator& c) {
   const Clock clock;
-  const int64_t nr = static_cast<int64_t>(p.row.needed.size());
-  const int64_t nc = static_cast<int64_t>(p.col.needed.size());
-  bool fill_r = false, fill_c = false;
-  const std::vector<int64_t> pr = with_fill(p.row.pos, nr, &fill_r);
-  const std::vector<int64_t> pc = with_fill(p.col.pos, nc, &fill_c);
-  const int64_t ur = nr + (fill_r ? 1 : 0), uc = nc + (fill_c ? 1 : 0);
+  const Built b(p);
   // Built rows may repeat a gathered row (reflect padding, upsampling): index_add sums them.
-  torch::Tensor rows = torch::zeros({g.size(0), g.size(1), ur, g.size(3)}, g.options());
-  rows.index_add_(2, index_of(pr, g.device()), g);
-  torch::Tensor u = torch::zeros({g.size(0), g.size(1), ur, uc}, g.options());
-  u.index_add_(3, index_of(pc, g.device()), rows);
+  torch::Tensor rows = torch::zeros({g.size(0), g.size(1), b.ur, g.size(3)}, g.options());
+  rows.index_add_(2, index_of(b.pr, g.device()), g);
+  torch::Tensor u = torch::zeros({g.size(0), g.size(1), b.ur, b.uc}, g.options());
+  u.index_add_(3, index_of(b.pc, g.device()), rows);
   torch::Tensor gx = torch::zeros_like(like);
   const TakeMessage& o = p.own;
   if (o.r1 > o.r0 && o.c1 > o.c0) {

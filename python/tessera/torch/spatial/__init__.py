@@ -135,13 +135,7 @@ def scatter(image, where, root=0):
 def gather(tile, where):
     """The whole [..., H, W] from every rank's tile, on every rank of the spatial group."""
     g = _grid_of(where)
-    sizes = torch.zeros(g.ph + g.pw, dtype=torch.float64)
-    if g.w == 0:
-        sizes[g.h] = tile.shape[-2]
-    if g.h == 0:
-        sizes[g.ph + g.w] = tile.shape[-1]
-    sizes = g.group_sum(sizes)
-    H, W = int(sizes[:g.ph].sum()), int(sizes[g.ph:].sum())
+    H, W = g.image_size(tile)
     full = torch.zeros(tuple(tile.shape[:-2]) + (H, W), dtype=_summable(tile).dtype,
                        device=tile.device)
     r0, r1 = g.rows(H)
