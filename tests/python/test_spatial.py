@@ -267,3 +267,18 @@ def test_cuda_tiles_equal_the_whole_image_on_the_cpu():
     assert pseg.is_cuda and pcls.is_cuda
     assert (spatial.gather(pseg, part).cpu() - seg).abs().max().item() <= 1e-10
     assert (pcls.cpu() - cls).abs().max().item() <= 1e-10
+
+
+def test_a_process_sets_ranks_form_the_grid_and_the_others_refuse_to_run():
+    if hvd.size() < 2:
+        pytest.skip("needs 2 ranks")
+    torch.manual_seed(11)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()).double()
+    x = torch.randn(1, 3, 9, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(12))
+    part = spatial.partition(copy.deepcopy(model), (1, 2), process_set=hvd.ProcessSet([0, 1]))
+    if hvd.rank() >= 2:
+        with pytest.raises(spatial.SpatialError, match="not in the partitioned model's process set"):
+            part(x)
+        return
+    y = spatial.gather(part(spatial.scatter(x, part)), part)
+    assert (y - model(x)).abs().max().item() <= FORWARD_TOL
