@@ -6,10 +6,14 @@
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -45,11 +49,29 @@ spatial::AxisMap axis_map(int64_t in, std::vector<std::vector<int64_t>> src) {
   return m;
 }
 
+// Grids live until the process ends, one per (grid, members): freeing a communicator that holds
+// a shared-memory window is collective, and Python frees objects at moments that differ between
+// ranks (garbage cycles, a test runner's tracebacks), which hung a rank freeing a grid against
+// one making the next. Every rank asks for grids in the same order, so each is made once, by all.
+std::shared_ptr<ProcessGrid> grid_for(const std::string& grid, std::vector<int> members) {
+  static std::mutex mu;
+  static auto* grids =
+      new std::map<std::pair<std::string, std::vector<int>>, std::shared_ptr<ProcessGrid>>();
+  std::sort(members.begin(), members.end());
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(grid, members);
+  const auto it = grids->find(key);
+  if (it != grids->end()) return it->second;
+  auto made = std::make_shared<ProcessGrid>(grid, members);
+  grids->emplace(key, made);
+  return made;
+}
+
 void bind_grid(py::module_& m) {
   py::class_<ProcessGrid, std::shared_ptr<ProcessGrid>>(m, "SpatialGrid")
       .def(py::init([](const std::string& grid, const std::vector<int>& members) {
              py::gil_scoped_release release;
-             return std::make_shared<ProcessGrid>(grid, members);
+             return grid_for(grid, members);
            }),
            py::arg("grid"), py::arg("members"))
       .def_property_readonly("member", &ProcessGrid::member)
