@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from tessera import _tessera
 from tessera.torch.spatial import graph
-from tessera.torch.spatial.layout import Grid, SpatialError, Tiled  # noqa: F401
+from tessera.torch.spatial.layout import Grid, SpatialError
 from tessera.torch.spatial.maps import part_range
 
 __all__ = ["partition", "scatter", "gather", "read_tile", "SpatialError", "SpatialModule",
